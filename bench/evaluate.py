@@ -1,0 +1,101 @@
+"""Evaluator cost: microseconds per judged 12-span trace of the reference path.
+
+Run: .venv/bin/python bench/evaluate.py [--traces 5000]
+
+Measures side by side, in one run: the full evaluation with a long-lived `Evaluator`
+(as the collector uses it), the same with a new `Evaluator` per trace (cold selector
+memo), and tree assembly plus critical-path attribution alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from collector.attribution import assemble, attribute_window  # noqa: E402
+from collector.budget_file import load_budget  # noqa: E402
+from collector.evaluate import Evaluator  # noqa: E402
+from collector.spans import Span  # noqa: E402
+from tests.traces import rag_trace  # noqa: E402
+
+
+def make_traces(count: int) -> list[list[Span]]:
+    traces = []
+    for i in range(count):
+        builder = rag_trace(
+            trace_id=f"{i:032x}", retrieval=i % 40, prefill=(i * 7) % 50, queue=(i * 3) % 30
+        )
+        server = builder.spans[1].span_id
+        builder.add("stream.forward", 150, 300, parent=server)  # the 12th span
+        traces.append(builder.spans)
+    assert all(len(t) == 12 for t in traces)
+    return traces
+
+
+def per_trace_us(
+    run: Callable[[list[Span]], object], traces: list[list[Span]], repeat: int
+) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for trace in traces:
+            run(trace)
+        best = min(best, time.perf_counter() - start)
+    return best / len(traces) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--traces", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    budget = load_budget(REPO / "budget.yaml").budget
+    traces = make_traces(args.traces)
+    now = datetime.now(UTC)
+    warm = Evaluator(budget)
+
+    def full(trace: list[Span]) -> object:
+        return warm.evaluate(trace, evaluated_at=now)
+
+    def cold(trace: list[Span]) -> object:
+        return Evaluator(budget).evaluate(trace, evaluated_at=now)
+
+    def attribution_only(trace: list[Span]) -> object:
+        tree = assemble(trace)
+        assert tree is not None
+        return attribute_window(tree, tree.root.start, tree.root.end)
+
+    rows = [
+        ("evaluate (long-lived Evaluator)", per_trace_us(full, traces, args.repeat)),
+        ("evaluate (new Evaluator per trace)", per_trace_us(cold, traces, args.repeat)),
+        ("assemble + attribute only", per_trace_us(attribution_only, traces, args.repeat)),
+    ]
+    baseline = rows[0][1]
+    table = Table(title=f"Evaluator, 12-span traces, {args.traces} traces, best of {args.repeat}")
+    table.add_column("variant")
+    table.add_column("µs / trace", justify="right")
+    table.add_column("traces / s", justify="right")
+    table.add_column("ratio to evaluate", justify="right")
+    for name, us in rows:
+        table.add_row(name, f"{us:.1f}", f"{1e6 / us:,.0f}", f"{us / baseline:.2f}×")
+    Console().print(table)
+    verdict = dict.fromkeys(("ok", "warn", "overrun"), 0)
+    for trace in traces:
+        result = warm.evaluate(trace, evaluated_at=now)
+        assert result is not None
+        verdict[result.status.value] = verdict.get(result.status.value, 0) + 1
+    Console().print(f"verdicts in the sample: {verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+"""Durations as people write them on a command line: `500ms`, `2s`, `15m`, `1h`, `3d`."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["parse_duration"]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PATTERN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*\Z")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `text`; a bare number is seconds. Raises ValueError with an example."""
+    match = _PATTERN.match(text)
+    if match is None:
+        raise ValueError(f"not a duration: {text!r} (examples: 500ms, 2s, 15m, 1h)")
+    return float(match.group(1)) * _UNITS[match.group(2) or "s"]

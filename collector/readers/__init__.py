@@ -1,0 +1,29 @@
+"""Trace readers: OTLP (JSON, JSON lines, protobuf), Jaeger UI JSON and Jaeger API v3, to spans.
+
+Public API::
+
+    class TraceReadError(Exception)          # .source, .message; str() starts with the source
+    read_traces(path: Path) -> list[Span]
+    parse_traces(data: bytes, source: str) -> list[Span]
+    spans_from_otlp(request: ExportTraceServiceRequest, *, source: str = ...) -> list[Span]
+    read_jaeger_api(base_url: str, service: str, since_seconds: float, *,
+                    client: httpx.Client | None = None, limit: int = 100) -> list[Span]
+
+Formats are recognised from the content, never from a file name. Every malformed input
+raises `TraceReadError`, never another exception type.
+"""
+
+from __future__ import annotations
+
+from collector.readers._errors import TraceReadError
+from collector.readers._formats import parse_traces, read_traces
+from collector.readers._jaeger_api import read_jaeger_api
+from collector.readers._otlp import spans_from_otlp
+
+__all__ = [
+    "TraceReadError",
+    "parse_traces",
+    "read_jaeger_api",
+    "read_traces",
+    "spans_from_otlp",
+]

@@ -1,0 +1,33 @@
+"""Attribute and span names the collector reads or writes, in one place.
+
+GenAI names follow the OpenTelemetry GenAI semantic conventions; the `gen_ai.latency.*`
+names are vLLM's own; `budget.*` are spanbudget's annotations (DESIGN §7).
+"""
+
+from __future__ import annotations
+
+# First-token marks (DESIGN §5 rule 2), in seconds.
+TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
+VLLM_LATENCY_TTFT = "gen_ai.latency.time_to_first_token"
+FIRST_TOKEN_MARKS = (TIME_TO_FIRST_CHUNK, VLLM_LATENCY_TTFT)
+
+# vLLM's request span and the phases it reports, in seconds.
+VLLM_REQUEST_SPAN = "llm_request"
+VLLM_LATENCY_QUEUE = "gen_ai.latency.time_in_queue"
+VLLM_LATENCY_PREFILL = "gen_ai.latency.time_in_model_prefill"
+
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+SERVICE_NAME = "service.name"
+
+# Attributes copied from the trace into the verdict's `attributes`.
+LOADTEST_PREFIX = "loadtest."
+LOADTEST_RUN_ID = "loadtest.run_id"
+LOADTEST_REQUEST_INDEX = "loadtest.request_index"
+
+# Annotations added to spans on export.
+BUDGET_NAME = "budget.name"
+BUDGET_STATUS = "budget.status"
+BUDGET_TTFT_MS = "budget.ttft_ms"
+BUDGET_BLAME = "budget.blame"
+BUDGET_OVERRUN_MS = "budget.overrun_ms"
+BUDGET_STAGE = "budget.stage"

@@ -1,0 +1,85 @@
+"""The span model every reader produces and the evaluator consumes.
+
+A `Span` is a plain, immutable record: ids as lowercase hex, times as integer nanoseconds
+since the Unix epoch, attributes as a flat mapping of OTLP scalar or array values.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = [
+    "AttrValue",
+    "Span",
+    "SpanKind",
+    "group_by_trace",
+]
+
+AttrValue = str | bool | int | float | Sequence[str | bool | int | float]
+
+
+class SpanKind(enum.Enum):
+    """OTLP span kinds, named as `budget.yaml` names them."""
+
+    INTERNAL = "internal"
+    SERVER = "server"
+    CLIENT = "client"
+    PRODUCER = "producer"
+    CONSUMER = "consumer"
+
+    # Members are singletons: identity hashing is correct and far cheaper than Enum's own,
+    # which matters on the evaluator's hot path.
+    __hash__ = object.__hash__
+
+    @classmethod
+    def from_otlp(cls, value: int) -> SpanKind:
+        """Map OTLP's `SpanKind` number; UNSPECIFIED (0) reads as INTERNAL, as the spec says."""
+        return _OTLP_KINDS.get(value, cls.INTERNAL)
+
+    def to_otlp(self) -> int:
+        return _KIND_TO_OTLP[self]
+
+
+_OTLP_KINDS = {
+    1: SpanKind.INTERNAL,
+    2: SpanKind.SERVER,
+    3: SpanKind.CLIENT,
+    4: SpanKind.PRODUCER,
+    5: SpanKind.CONSUMER,
+}
+_KIND_TO_OTLP = {kind: number for number, kind in _OTLP_KINDS.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One finished span.
+
+    `parent_span_id` is None for a span that declares no parent; a parent id that is not in
+    the trace is kept as given (the evaluator treats such a span as parentless).
+    `end_ns` is never before `start_ns`: readers clamp it.
+    """
+
+    trace_id: str
+    span_id: str
+    name: str
+    start_ns: int
+    end_ns: int
+    parent_span_id: str | None = None
+    kind: SpanKind = SpanKind.INTERNAL
+    service: str = "unknown_service"
+    attributes: Mapping[str, AttrValue] = field(default_factory=dict)
+    error: bool = False
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+def group_by_trace(spans: Iterable[Span]) -> dict[str, list[Span]]:
+    """Group spans by trace id, keeping first-seen order of traces and spans."""
+    traces: dict[str, list[Span]] = {}
+    for span in spans:
+        traces.setdefault(span.trace_id, []).append(span)
+    return traces

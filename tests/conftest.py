@@ -1,0 +1,66 @@
+"""Shared test fixtures: the fixtures folder beside the checkout, and Debian tools on demand."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
+
+# Binary -> the Debian package that ships it.
+DEBIAN_PACKAGES = {
+    "promtool": "prometheus",
+    "prometheus": "prometheus",
+    "amtool": "prometheus-alertmanager",
+    "prometheus-alertmanager": "prometheus-alertmanager",
+    "chromium": "chromium",
+}
+
+
+@pytest.fixture(scope="session")
+def shared_fixtures() -> Path:
+    """The real third-party data files beside the checkout (see its README for provenance)."""
+    if not SHARED_FIXTURES.is_dir():
+        pytest.skip(f"shared fixtures folder absent: {SHARED_FIXTURES}")
+    return SHARED_FIXTURES
+
+
+def _apt_install(package: str) -> None:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=600)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
+        check=True,
+        env=env,
+        timeout=1200,
+    )
+
+
+@pytest.fixture(scope="session")
+def debian_binary() -> Callable[[str], str]:
+    """Return a function that finds a Debian tool, installing its package when missing.
+
+    The tests that need Prometheus, Alertmanager or Chromium install them themselves, so
+    `make test` works on a machine that has only Python and apt.
+    """
+
+    def find(binary: str) -> str:
+        path = shutil.which(binary)
+        if path is None:
+            package = DEBIAN_PACKAGES[binary]
+            if os.geteuid() != 0 or shutil.which("apt-get") is None:
+                pytest.fail(f"{binary} is missing and cannot be installed: run as root with apt")
+            _apt_install(package)
+            path = shutil.which(binary)
+        assert path is not None, (
+            f"{binary} still missing after installing {DEBIAN_PACKAGES[binary]}"
+        )
+        return path
+
+    return find
