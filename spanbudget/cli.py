@@ -7,6 +7,8 @@ tokenizer, Qdrant) inside its body, so `spanbudget --help` stays fast.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -15,6 +17,9 @@ __all__ = ["app", "main"]
 # (module, function names): every function becomes the command of the same name.
 COMMAND_MODULES: list[tuple[str, list[str]]] = [
     ("collector.cli", ["check"]),
+    ("collector.live.cli", ["collect"]),
+    ("collector.loadtest.cli", ["loadtest", "report"]),
+    ("service.engine.cli", ["engine"]),
 ]
 
 app = typer.Typer(
@@ -39,3 +44,50 @@ for module_name, names in COMMAND_MODULES:
 
 def main() -> None:
     app()
+
+
+@app.command()
+def demo(
+    duration: Annotated[str, typer.Option(help="Length of the load test.")] = "30s",
+    out: Annotated[Path | None, typer.Option(help="Report folder (default ./runs/RUN_ID).")] = None,
+    exit_after: Annotated[
+        bool, typer.Option("--exit", help="Stop after the report instead of staying up.")
+    ] = False,
+    data_dir: Annotated[Path, typer.Option(help="Qdrant shard, verdicts, logs.")] = Path("data"),
+    budget: Annotated[Path, typer.Option(help="The allocation table.")] = Path("budget.yaml"),
+    rate: Annotated[float, typer.Option(help="Nominal requests per second.")] = 2.0,
+    burst_rate: Annotated[float, typer.Option(help="Requests per second in the burst.")] = 12.0,
+    preset: Annotated[str | None, typer.Option(help="Engine emulator preset.")] = None,
+    gateway_listen: Annotated[str, typer.Option(help="Gateway host:port.")] = "127.0.0.1:8080",
+    engine_listen: Annotated[str, typer.Option(help="Engine host:port.")] = "127.0.0.1:8000",
+    collector_listen: Annotated[str, typer.Option(help="Collector host:port.")] = "127.0.0.1:4318",
+) -> None:
+    """Run the embedded stack (engine emulator, collector, gateway) and a two-phase load test.
+
+    No Docker, no GPU. Ingests the default corpus on first run, sends a nominal load that
+    fits the budget and then a burst that makes the engine queue, prints the per-stage
+    report, and stays up until Ctrl-C (or stops after the report with --exit).
+
+    Example:
+
+        spanbudget demo --duration 30s --exit
+    """
+    from rich.console import Console
+
+    from collector.durations import parse_duration
+    from spanbudget.demo import DemoSettings, run_demo
+
+    settings = DemoSettings(
+        duration_s=parse_duration(duration),
+        out=out,
+        exit_after=exit_after,
+        data_dir=data_dir,
+        budget=budget,
+        nominal_rate=rate,
+        burst_rate=burst_rate,
+        preset=preset,
+        gateway=gateway_listen,
+        engine=engine_listen,
+        collector=collector_listen,
+    )
+    raise typer.Exit(run_demo(settings, Console()))

@@ -6,6 +6,8 @@ Public API::
     read_traces(path: Path) -> list[Span]
     parse_traces(data: bytes, source: str) -> list[Span]
     spans_from_otlp(request: ExportTraceServiceRequest, *, source: str = ...) -> list[Span]
+    request_from_protobuf(data: bytes, source: str) -> ExportTraceServiceRequest
+    request_from_json(document: dict[str, Any], source: str) -> ExportTraceServiceRequest
     read_jaeger_api(base_url: str, service: str, since_seconds: float, *,
                     client: httpx.Client | None = None, limit: int = 100) -> list[Span]
 
@@ -18,12 +20,14 @@ from __future__ import annotations
 from collector.readers._errors import TraceReadError
 from collector.readers._formats import parse_traces, read_traces
 from collector.readers._jaeger_api import read_jaeger_api
-from collector.readers._otlp import spans_from_otlp
+from collector.readers._otlp import request_from_json, request_from_protobuf, spans_from_otlp
 
 __all__ = [
     "TraceReadError",
     "parse_traces",
     "read_jaeger_api",
     "read_traces",
+    "request_from_json",
+    "request_from_protobuf",
     "spans_from_otlp",
 ]

@@ -1,0 +1,190 @@
+"""Collector throughput on one core: OTLP protobuf intake → assembly → evaluation → store.
+
+Run: .venv/bin/python bench/collector.py [--traces 20000] [--per-request 40]
+
+12-span traces of the reference path, encoded as OTLP protobuf requests, measured side by
+side in one run: the raw protobuf decode of the same payloads (best of 5: the floor no collector
+can beat), decode plus conversion to spans, the full in-process pipeline (decode, queue,
+tail-based assembly, evaluation, metrics, SQLite WAL store), and the same through HTTP
+(uvicorn, with the sending client in the same process on the same core).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
+    ExportTraceServiceRequest,
+)
+from prometheus_client import CollectorRegistry  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from collector.budget_file import load_budget  # noqa: E402
+from collector.live.api import create_app  # noqa: E402
+from collector.live.intake import decode_export  # noqa: E402
+from collector.live.metrics import CollectorMetrics  # noqa: E402
+from collector.live.pipeline import Pipeline  # noqa: E402
+from collector.live.settings import CollectorSettings  # noqa: E402
+from collector.live.store import VerdictStore  # noqa: E402
+from collector.readers import spans_from_otlp  # noqa: E402
+from collector.spans import Span  # noqa: E402
+from tests.collector.harness import ServerThread, otlp_request  # noqa: E402
+from tests.traces import rag_trace  # noqa: E402
+
+PROTOBUF = "application/x-protobuf"
+
+
+def make_payloads(traces: int, per_request: int, tag: int) -> list[bytes]:
+    """Requests of `per_request` whole 12-span traces each; trace ids unique per `tag`."""
+    payloads = []
+    batch: list[Span] = []
+    for i in range(traces):
+        builder = rag_trace(
+            trace_id=f"{tag:04x}{i:028x}", retrieval=i % 40, prefill=(i * 7) % 50, queue=i % 30
+        )
+        builder.add("stream.forward", 150, 300, parent=builder.spans[1].span_id)
+        assert len(builder.spans) == 12
+        batch += builder.spans
+        if len(batch) >= per_request * 12:
+            payloads.append(otlp_request(batch).SerializeToString())
+            batch = []
+    if batch:
+        payloads.append(otlp_request(batch).SerializeToString())
+    return payloads
+
+
+def timed(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def build_pipeline(db: Path, spans: int) -> Pipeline:
+    settings = CollectorSettings(
+        db_path=db,
+        budget_path=REPO / "budget.yaml",
+        decision_wait_seconds=0.0,
+        intake_queue_spans=spans + 1,
+        max_traces=spans,
+    )
+    store = VerdictStore(db, retention_seconds=86400, retention_count=10_000_000)
+    pipeline = Pipeline(
+        settings,
+        load_budget(settings.budget_path).budget,
+        metrics=CollectorMetrics(CollectorRegistry()),
+        store=store,
+    )
+    pipeline.start()
+    return pipeline
+
+
+def stored(pipeline: Pipeline) -> int:
+    return int(pipeline.store.summary()["traces"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--traces", type=int, default=20_000)
+    parser.add_argument("--per-request", type=int, default=40, help="traces per request")
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, all threads
+    spans = args.traces * 12
+    payloads = make_payloads(args.traces, args.per_request, 1)
+    http_payloads = make_payloads(args.traces, args.per_request, 2)
+
+    def decode_only() -> None:
+        for body in payloads:
+            ExportTraceServiceRequest.FromString(body)
+
+    def decode_convert() -> None:
+        for body in payloads:
+            spans_from_otlp(ExportTraceServiceRequest.FromString(body))
+
+    rows: list[tuple[str, float]] = [
+        ("protobuf decode (floor)", min(timed(decode_only) for _ in range(5))),
+        ("decode + convert to spans", timed(decode_convert)),
+    ]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pipeline = build_pipeline(Path(tmp) / "a.db", spans)
+
+        def in_process() -> None:
+            for body in payloads:
+                batch = decode_export(
+                    body,
+                    content_type=PROTOBUF,
+                    content_encoding=None,
+                    max_body_bytes=64 << 20,
+                    max_span_bytes=64 << 10,
+                    keep_protos=False,
+                )
+                assert pipeline.offer(batch)
+            assert pipeline.wait_idle(600)
+
+        rows.append(("full pipeline, in-process", timed(in_process)))
+        judged_a = stored(pipeline)
+        pipeline.close()
+
+        pipeline = build_pipeline(Path(tmp) / "b.db", spans)
+        with (
+            ServerThread(create_app(pipeline)) as server,
+            httpx.Client(base_url=server.url, timeout=60) as client,
+        ):
+
+            def over_http() -> None:
+                for body in http_payloads:
+                    response = client.post(
+                        "/v1/traces", content=body, headers={"Content-Type": PROTOBUF}
+                    )
+                    assert response.status_code == 200, response.status_code
+                assert pipeline.wait_idle(600)
+
+            rows.append(("full pipeline, over HTTP", timed(over_http)))
+        judged_b = stored(pipeline)
+        pipeline.close()
+
+    assert judged_a == judged_b == args.traces, (judged_a, judged_b)
+    floor = spans / rows[0][1]
+    converted = spans / rows[1][1]
+    table = Table(
+        title=f"Collector throughput, one core: {args.traces:,} traces × 12 spans, "
+        f"{len(payloads)} requests of {args.per_request} traces"
+    )
+    table.add_column("stage")
+    table.add_column("seconds", justify="right")
+    table.add_column("spans / s", justify="right")
+    table.add_column("traces / s", justify="right")
+    table.add_column("÷ decode", justify="right")
+    table.add_column("÷ decode+convert", justify="right")
+    for name, seconds in rows:
+        rate = spans / seconds
+        table.add_row(
+            name,
+            f"{seconds:.2f}",
+            f"{rate:,.0f}",
+            f"{rate / 12:,.0f}",
+            f"{rate / floor:.4f}",
+            f"{rate / converted:.3f}",
+        )
+    Console(width=120).print(table)
+    Console(width=120).print(
+        f"verdicts stored: {judged_a:,} (in-process) and {judged_b:,} (HTTP). Full pipeline ="
+        " decode, intake queue, tail-based assembly, evaluation, metrics, SQLite WAL store;"
+        " over HTTP adds uvicorn and the sending httpx client on the same core."
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Load generator precision: lag between scheduled and actual send, at several open-loop rates.
+
+Run: .venv/bin/python bench/loadgen.py [--seconds 5]
+
+The target is a trivial local SSE server in its own process (4 chunks per answer), so the
+numbers are the generator's own: scheduling, the root span, the HTTP client, SSE parsing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+    InMemorySpanExporter,
+)
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from collector.loadtest.client import ChatRequest  # noqa: E402
+from collector.loadtest.runner import RunSettings, run_requests  # noqa: E402
+from collector.loadtest.schedule import Arrival, Phase, build_schedule  # noqa: E402
+from collector.stats import percentile  # noqa: E402
+
+PORT = 18431
+
+
+def _serve() -> None:
+    import uvicorn
+
+    from tests.sse_server import Stall, sse_app
+
+    uvicorn.run(sse_app(Stall()), host="127.0.0.1", port=PORT, log_level="error")
+
+
+def _wait_up(url: str) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise SystemExit(f"server at {url} did not start")
+
+
+def measure(rate: float, seconds: float, arrival: Arrival) -> dict[str, float]:
+    schedule = build_schedule([Phase("p", rate, duration_s=seconds)], arrival, seed=1)
+    requests = [ChatRequest(i, p, at, "hello", 4) for i, (at, p) in enumerate(schedule)]
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    settings = RunSettings(f"http://127.0.0.1:{PORT}/v1/chat/completions", "m", "bench")
+    records = asyncio.run(run_requests(requests, settings, provider.get_tracer("bench")))
+    provider.shutdown()
+    lags = sorted((r.sent_s - r.scheduled_s) * 1000 for r in records)
+    errors = sum(not r.ok for r in records)
+    return {
+        "requests": len(records),
+        "errors": errors,
+        "p50": percentile(lags, 50),
+        "p99": percentile(lags, 99),
+        "max": lags[-1],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    server = multiprocessing.get_context("spawn").Process(target=_serve, daemon=True)
+    server.start()
+    try:
+        _wait_up(f"http://127.0.0.1:{PORT}/v1/models")
+        table = Table(title=f"send lag behind schedule, {args.seconds:g} s per row")
+        for column in ("arrival", "rate /s", "requests", "errors", "p50 ms", "p99 ms", "max ms"):
+            table.add_column(column, justify="right")
+        results = []
+        for arrival in (Arrival.CONSTANT, Arrival.POISSON):
+            for rate in (50.0, 200.0):
+                r = measure(rate, args.seconds, arrival)
+                results.append((arrival, rate, r))
+                table.add_row(
+                    arrival.value,
+                    f"{rate:g}",
+                    f"{r['requests']:.0f}",
+                    f"{r['errors']:.0f}",
+                    f"{r['p50']:.2f}",
+                    f"{r['p99']:.2f}",
+                    f"{r['max']:.2f}",
+                )
+        Console().print(table)
+        low = next(r for a, rate, r in results if a is Arrival.POISSON and rate == 50.0)
+        high = next(r for a, rate, r in results if a is Arrival.POISSON and rate == 200.0)
+        Console().print(
+            f"p99 lag ratio, Poisson 200/s to 50/s: {high['p99'] / max(low['p99'], 1e-9):.2f}×"
+        )
+    finally:
+        server.terminate()
+        server.join(5)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Settings of the live budget collector: CLI options, then `SPANBUDGET_COLLECTOR_*`, then defaults.
+
+Built once at start-up (`CollectorSettings(...)`) and passed to every part; nothing reads
+the environment at import time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["CollectorSettings", "parse_listen"]
+
+
+class CollectorSettings(BaseSettings):
+    """Every bound and knob of the collector, validated once."""
+
+    model_config = SettingsConfigDict(env_prefix="SPANBUDGET_COLLECTOR_", frozen=True)
+
+    listen: str = "127.0.0.1:4318"
+    budget_path: Path = Path("budget.yaml")
+    db_path: Path = Path("data/verdicts.db")
+    forward_otlp: str | None = None
+    alertmanager: str | None = None
+    webhook: str | None = None
+    receiver_token: str | None = None
+
+    # Alerts (DESIGN §8).
+    alert_window_scale: float = Field(default=1.0, gt=0)  # shrinks every burn-rate window
+    alert_min_traces: int = Field(default=10, ge=1)  # judged traces in the short window
+    alert_resend_seconds: float = Field(default=60.0, gt=0)
+    public_url: str | None = None  # this collector's address in links; default from `listen`
+    jaeger_ui: str | None = None  # Jaeger's UI, for trace links in alerts
+
+    # Intake (request path).
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)  # after decompression
+    max_span_bytes: int = Field(default=64 * 1024, gt=0)  # one encoded span, attributes included
+    intake_queue_spans: int = Field(default=50_000, gt=0)
+    retry_after_seconds: int = Field(default=1, ge=0)
+
+    # Tail-based assembly.
+    decision_wait_seconds: float = Field(default=2.0, ge=0)
+    max_trace_age_seconds: float = Field(default=30.0, gt=0)
+    max_traces: int = Field(default=50_000, gt=0)
+    max_spans_per_trace: int = Field(default=1_000, gt=0)
+    max_buffered_spans: int = Field(default=500_000, gt=0)  # all held traces together
+    decided_memory: int = Field(default=200_000, gt=0)  # trace ids remembered to spot late spans
+
+    # Verdict store.
+    retention_seconds: float = Field(default=7 * 86400.0, gt=0)
+    retention_count: int = Field(default=1_000_000, gt=0)
+
+    # Forwarding.
+    forward_queue_spans: int = Field(default=100_000, gt=0)
+    forward_batch_spans: int = Field(default=2_048, gt=0)
+    forward_timeout_seconds: float = Field(default=10.0, gt=0)
+    forward_backoff_seconds: float = Field(default=0.5, gt=0)
+    forward_backoff_max_seconds: float = Field(default=30.0, gt=0)
+    forward_max_elapsed_seconds: float = Field(default=300.0, gt=0)
+    shutdown_drain_seconds: float = Field(default=5.0, ge=0)
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+    @field_validator("forward_otlp")
+    @classmethod
+    def _check_forward(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"must be an http(s) URL, e.g. http://127.0.0.1:4318: {value!r}")
+        return value
+
+    @property
+    def forward_traces_url(self) -> str | None:
+        """The OTLP/HTTP traces URL: a bare base URL gets `/v1/traces`, as OTel exporters do."""
+        if self.forward_otlp is None:
+            return None
+        url = self.forward_otlp.rstrip("/")
+        return url if url.endswith("/v1/traces") else f"{url}/v1/traces"
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 as `[::1]:4318`) to a host and a port; raises ValueError."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"expected HOST:PORT, e.g. 127.0.0.1:4318, got {text!r}")
+    number = int(port)
+    if not 0 <= number <= 65535:
+        raise ValueError(f"port out of range in {text!r}")
+    return host.strip("[]"), number

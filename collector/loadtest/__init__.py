@@ -1,0 +1,1 @@
+"""Load tests whose every request is a traced request, joined with its budget verdict."""

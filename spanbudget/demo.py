@@ -1,0 +1,197 @@
+"""`spanbudget demo`: the whole embedded stack as separate processes, and a two-phase load test.
+
+The composition root: it starts the engine emulator, the budget collector and the RAG
+gateway as children (they meet only over HTTP and OTLP, as in production), drives the
+gateway at a nominal rate that fits the budget and then in a burst that makes the engine
+queue, and prints the per-stage report.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+
+from collector.budget_file import load_budget
+from collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed
+from collector.loadtest.schedule import Arrival, Phase
+from collector.loadtest.telemetry import loadtest_tracer_provider
+from spanbudget.processes import Child, ChildFailed, Supervisor
+
+__all__ = ["DemoSettings", "run_demo"]
+
+# Spans leave each process within 200 ms, so verdicts follow the requests closely.
+_CHILD_ENV = {"OTEL_BSP_SCHEDULE_DELAY": "200", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    duration_s: float = 30.0
+    out: Path | None = None
+    exit_after: bool = False
+    data_dir: Path = Path("data")
+    budget: Path = Path("budget.yaml")
+    gateway: str = "127.0.0.1:8080"
+    engine: str = "127.0.0.1:8000"
+    collector: str = "127.0.0.1:4318"
+    preset: str | None = None
+    nominal_rate: float = 2.0
+    burst_rate: float = 12.0
+    burst_share: float = 0.3  # of the duration
+    decision_wait: str = "1s"
+    startup_timeout_s: float = 180.0
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "spanbudget", *args]
+
+
+def _ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: Console) -> None:
+    shard = settings.data_dir / "qdrant" / "rag-docs"
+    if shard.is_dir() and any(shard.iterdir()):
+        return
+    console.print("[bold]first run:[/] ingesting the default corpus (the Python docs)...")
+    child = Child(
+        "ingest",
+        _command("ingest", "--data-dir", str(settings.data_dir)),
+        "",
+        settings.data_dir / "logs" / "ingest.log",
+        _CHILD_ENV,
+    )
+    supervisor.start(child)
+    assert child.process is not None
+    code = child.process.wait()
+    supervisor.children.remove(child)
+    if code != 0:
+        raise ChildFailed(f"ingest failed with code {code}:\n{child.log_tail()}")
+
+
+def run_demo(settings: DemoSettings, console: Console) -> int:
+    """Run the demo; returns the exit code (the load test's, or 2 when the stack failed)."""
+    loaded = load_budget(settings.budget)
+    run_id = f"demo-{uuid.uuid4().hex[:8]}"
+    out = settings.out or Path("runs") / run_id
+    logs = settings.data_dir / "logs"
+    supervisor = Supervisor()
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+        raise _Interrupted(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    collector_url = f"http://{settings.collector}"
+    otlp_env = {**_CHILD_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": collector_url}
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        _ingest_if_needed(settings, supervisor, console)
+        engine_args = ["engine", "--listen", settings.engine]
+        if settings.preset:
+            engine_args += ["--preset", settings.preset]
+        children = [
+            Child(
+                "collector",
+                _command(
+                    "collect",
+                    "--listen",
+                    settings.collector,
+                    "--budget",
+                    str(settings.budget),
+                    "--db",
+                    str(settings.data_dir / "verdicts.db"),
+                    "--decision-wait",
+                    settings.decision_wait,
+                ),
+                f"{collector_url}/readyz",
+                logs / "collector.log",
+                _CHILD_ENV,
+            ),
+            Child(
+                "engine",
+                _command(*engine_args),
+                f"http://{settings.engine}/health",
+                logs / "engine.log",
+                otlp_env,
+            ),
+            Child(
+                "gateway",
+                _command(
+                    "serve",
+                    "--listen",
+                    settings.gateway,
+                    "--llm-base-url",
+                    f"http://{settings.engine}/v1",
+                    "--data-dir",
+                    str(settings.data_dir),
+                ),
+                f"http://{settings.gateway}/readyz",
+                logs / "gateway.log",
+                {**otlp_env, "SPANBUDGET_API_KEYS": ""},
+            ),
+        ]
+        for child in children:
+            supervisor.start(child)
+        with console.status("starting the engine emulator, the collector and the gateway"):
+            for child in children:
+                supervisor.wait_healthy(child, settings.startup_timeout_s)
+        console.print(
+            f"stack up: gateway http://{settings.gateway}, engine http://{settings.engine}, "
+            f"collector {collector_url} (logs in {logs})"
+        )
+        burst_s = settings.duration_s * settings.burst_share
+        test = LoadTest(
+            target=f"http://{settings.gateway}",
+            collector=collector_url,
+            budget=loaded.budget,
+            phases=[
+                Phase("nominal", settings.nominal_rate, duration_s=settings.duration_s - burst_s),
+                Phase("burst", settings.burst_rate, duration_s=burst_s),
+            ],
+            out=out,
+            arrival=Arrival.POISSON,
+            run_id=run_id,
+            warmup=2,
+            ui_url=collector_url,
+        )
+        provider = loadtest_tracer_provider(collector_url)
+        try:
+            _, code = test.run(provider, console)
+        except RunFailed as exc:
+            console.print(f"[bold red]run failed:[/] {exc}")
+            code = EXIT_FAILED
+        finally:
+            provider.shutdown()
+        supervisor.check_alive()
+        console.print(
+            f"\nweb UI: {collector_url}/  (run {run_id}; click a trace for its stages)\n"
+            f"what to look at: the burst phase's prefill p95 against its 120 ms limit, and the "
+            f"blame column of the slowest traces; `spanbudget report {out}` prints this again."
+        )
+        if not settings.exit_after:
+            console.print("the stack stays up; Ctrl-C stops it")
+            while not stop.is_set():
+                supervisor.check_alive()
+                time.sleep(0.5)
+        return code
+    except _Interrupted:
+        console.print("\nstopping")
+        return 0
+    except ChildFailed as exc:
+        console.print(f"[bold red]stack failed:[/] {exc}")
+        return EXIT_FAILED
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        with console.status("stopping children"):
+            supervisor.stop_all()

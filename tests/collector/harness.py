@@ -1,0 +1,283 @@
+"""A running collector for tests (uvicorn on 127.0.0.1, ephemeral port) and OTLP encoders."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from google.protobuf import json_format
+from opentelemetry import trace as trace_api
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+from collector.budget_file import load_budget
+from collector.live.api import create_app
+from collector.live.forward import Forwarder
+from collector.live.metrics import CollectorMetrics
+from collector.live.pipeline import Pipeline, VerdictListener
+from collector.live.settings import CollectorSettings
+from collector.live.store import VerdictStore
+from collector.spans import AttrValue, Span, SpanKind
+
+REPO = Path(__file__).resolve().parents[2]
+BUDGET = REPO / "budget.yaml"
+_SDK_KINDS = {
+    SpanKind.INTERNAL: trace_api.SpanKind.INTERNAL,
+    SpanKind.SERVER: trace_api.SpanKind.SERVER,
+    SpanKind.CLIENT: trace_api.SpanKind.CLIENT,
+    SpanKind.PRODUCER: trace_api.SpanKind.PRODUCER,
+    SpanKind.CONSUMER: trace_api.SpanKind.CONSUMER,
+}
+
+
+class ServerThread:
+    """An ASGI app under uvicorn in a thread, on 127.0.0.1 (a given port, or a free one)."""
+
+    def __init__(self, app: Any, port: int = 0) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", port))
+        self.port = self._sock.getsockname()[1]
+        config = uvicorn.Config(
+            app, log_level="critical", lifespan="off", ws="none", timeout_graceful_shutdown=2
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+
+class Collector:
+    """A pipeline, its app on a real port, and helpers to query it."""
+
+    def __init__(self, pipeline: Pipeline, registry: CollectorRegistry, url: str) -> None:
+        self.pipeline = pipeline
+        self.registry = registry
+        self.url = url
+        self.client = httpx.Client(base_url=url, timeout=10)
+
+    def metric(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+    def verdict(self, trace_id: str, timeout: float = 10.0) -> dict[str, Any]:
+        """Poll the API until the trace's verdict is there."""
+        deadline = time.monotonic() + timeout
+        while True:
+            response = self.client.get(f"/api/verdicts/{trace_id}")
+            if response.status_code == 200:
+                return response.json()  # type: ignore[no-any-return]
+            assert response.status_code == 404, response.text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no verdict for {trace_id} within {timeout} s")
+            time.sleep(0.05)
+
+    def post(self, body: bytes, content_type: str, **headers: str) -> httpx.Response:
+        return self.client.post(
+            "/v1/traces", content=body, headers={"Content-Type": content_type, **headers}
+        )
+
+
+@contextmanager
+def running_collector(
+    tmp_path: Path,
+    *,
+    listeners: Sequence[VerdictListener] = (),
+    forward_url: str | None = None,
+    **overrides: Any,
+) -> Iterator[Collector]:
+    """A collector with a short decision wait, its store under `tmp_path`."""
+    values: dict[str, Any] = {
+        "db_path": tmp_path / "verdicts.db",
+        "budget_path": BUDGET,
+        "decision_wait_seconds": 0.2,
+        "forward_otlp": forward_url,
+        "forward_backoff_seconds": 0.05,
+        "forward_backoff_max_seconds": 0.2,
+        **overrides,
+    }
+    settings = CollectorSettings(**values)
+    registry = CollectorRegistry()
+    metrics = CollectorMetrics(registry)
+    store = VerdictStore(
+        settings.db_path,
+        retention_seconds=settings.retention_seconds,
+        retention_count=settings.retention_count,
+    )
+    forwarder = None
+    if settings.forward_traces_url is not None:
+        forwarder = Forwarder(
+            settings.forward_traces_url,
+            metrics,
+            max_queue_spans=settings.forward_queue_spans,
+            batch_spans=settings.forward_batch_spans,
+            timeout=2.0,
+            backoff=settings.forward_backoff_seconds,
+            backoff_max=settings.forward_backoff_max_seconds,
+            max_elapsed=settings.forward_max_elapsed_seconds,
+        )
+    pipeline = Pipeline(
+        settings,
+        load_budget(settings.budget_path).budget,
+        metrics=metrics,
+        store=store,
+        forwarder=forwarder,
+        listeners=listeners,
+    )
+    pipeline.start()
+    try:
+        with ServerThread(create_app(pipeline)) as server:
+            collector = Collector(pipeline, registry, server.url)
+            try:
+                yield collector
+            finally:
+                collector.client.close()
+    finally:
+        pipeline.close()
+
+
+# -- OTLP encoding of test spans -----------------------------------------------------------
+
+
+def _any_value(value: AttrValue) -> AnyValue:
+    out = AnyValue()
+    if isinstance(value, bool):
+        out.bool_value = value
+    elif isinstance(value, int):
+        out.int_value = value
+    elif isinstance(value, float):
+        out.double_value = value
+    elif isinstance(value, str):
+        out.string_value = value
+    else:
+        for item in value:
+            out.array_value.values.append(_any_value(item))
+    return out
+
+
+def otlp_request(spans: Sequence[Span]) -> ExportTraceServiceRequest:
+    """Spans as an OTLP request, one ResourceSpans per service, in the given order."""
+    request = ExportTraceServiceRequest()
+    by_service: dict[str, Any] = {}
+    for span in spans:
+        scope_spans = by_service.get(span.service)
+        if scope_spans is None:
+            resource_spans = request.resource_spans.add()
+            resource_spans.resource.attributes.append(
+                KeyValue(key="service.name", value=_any_value(span.service))
+            )
+            scope_spans = resource_spans.scope_spans.add()
+            scope_spans.scope.name = "tests"
+            by_service[span.service] = scope_spans
+        out = scope_spans.spans.add()
+        out.trace_id = bytes.fromhex(span.trace_id)
+        out.span_id = bytes.fromhex(span.span_id)
+        if span.parent_span_id:
+            out.parent_span_id = bytes.fromhex(span.parent_span_id)
+        out.name = span.name
+        out.kind = span.kind.to_otlp()
+        out.start_time_unix_nano = span.start_ns
+        out.end_time_unix_nano = span.end_ns
+        for key, value in span.attributes.items():
+            out.attributes.append(KeyValue(key=key, value=_any_value(value)))
+        if span.error:
+            out.status.code = 2
+    return request
+
+
+def otlp_json(request: ExportTraceServiceRequest) -> bytes:
+    """OTLP/JSON as the spec writes it: hex ids, camelCase, int64 as strings."""
+    document = json_format.MessageToDict(request)
+    for resource in document.get("resourceSpans", []):
+        for scope in resource.get("scopeSpans", []):
+            for span in scope.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = _b64_to_hex(span[key])
+    return json.dumps(document).encode()
+
+
+def _b64_to_hex(text: str) -> str:
+    import base64
+
+    return base64.b64decode(text).hex()
+
+
+def replay_with_sdk(
+    spans: Sequence[Span], exporters: dict[str, Any], *, extra_processor: Any = None
+) -> tuple[str, list[TracerProvider]]:
+    """Recreate `spans` (same shapes and times, new ids) with the real OTel SDK.
+
+    One TracerProvider per service (never the global one), each exporting through
+    `exporters[service]` (and `extra_processor`, shared); returns the new trace id and providers.
+    """
+    providers: dict[str, TracerProvider] = {}
+    for service, exporter in exporters.items():
+        provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        if extra_processor is not None:
+            provider.add_span_processor(extra_processor)
+        providers[service] = provider
+    made: dict[str, Any] = {}
+    trace_id = ""
+    for span in spans:  # parents come before children in the builders' order
+        tracer = providers[span.service].get_tracer("tests")
+        parent = made.get(span.parent_span_id or "")
+        context = trace_api.set_span_in_context(parent) if parent is not None else None
+        sdk_span = tracer.start_span(
+            span.name,
+            context=context,
+            kind=_SDK_KINDS[span.kind],
+            attributes=dict(span.attributes),
+            start_time=span.start_ns,
+        )
+        if span.error:
+            sdk_span.set_status(trace_api.Status(trace_api.StatusCode.ERROR))
+        made[span.span_id] = sdk_span
+        trace_id = format(sdk_span.get_span_context().trace_id, "032x")
+    for span in reversed(spans):  # children end first, as in real life
+        made[span.span_id].end(end_time=span.end_ns)
+    return trace_id, list(providers.values())
+
+
+def memory_exporters(services: Sequence[str]) -> dict[str, InMemorySpanExporter]:
+    return {service: InMemorySpanExporter() for service in services}
+
+
+def comparable(verdict: dict[str, Any]) -> dict[str, Any]:
+    """A verdict without what differs between two runs of the same trace shape."""
+    return {
+        k: v
+        for k, v in verdict.items()
+        if k not in ("trace_id", "evaluated_at", "spans", "late_spans")
+    }

@@ -1,0 +1,131 @@
+"""`spanbudget collect` as a process: listens, SIGHUP reloads the budget (an invalid file
+keeps the old one), SIGTERM judges what is buffered and leaves the store readable."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+from collector.live.store import VerdictStore
+from tests.collector.harness import BUDGET, otlp_request
+from tests.traces import rag_trace
+
+SPANBUDGET = Path(sys.executable).parent / "spanbudget"
+PROTOBUF = "application/x-protobuf"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for(predicate: object, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _judged(client: httpx.Client, trace_id: str) -> dict:  # type: ignore[type-arg]
+    body = otlp_request(rag_trace(trace_id=trace_id).spans).SerializeToString()
+    assert client.post("/v1/traces", content=body, headers={"Content-Type": PROTOBUF}).is_success
+    found: dict = {}  # type: ignore[type-arg]
+
+    def ready() -> bool:
+        response = client.get(f"/api/verdicts/{trace_id}")
+        found.update(response.json() if response.status_code == 200 else {})
+        return response.status_code == 200
+
+    _wait_for(ready, f"verdict {trace_id}")
+    return found
+
+
+@pytest.mark.slow
+def test_collect_reloads_on_sighup_and_flushes_on_sigterm(tmp_path: Path) -> None:
+    budget = tmp_path / "budget.yaml"
+    original = BUDGET.read_text()
+    budget.write_text(original)
+    log_path = tmp_path / "collect.log"
+    port = _free_port()
+    args = [
+        str(SPANBUDGET),
+        "collect",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--budget",
+        str(budget),
+        "--db",
+        str(tmp_path / "v.db"),
+        "--decision-wait",
+        "200ms",
+        "--alertmanager",
+        "http://127.0.0.1:9",
+        "--max-trace-age",
+        "60s",
+    ]
+    with (
+        log_path.open("w") as log,
+        subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+        ) as process,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client,
+    ):
+        try:
+
+            def up() -> bool:
+                try:
+                    return client.get("/healthz").status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            _wait_for(up, "the collector to listen")
+            assert f"listening on http://127.0.0.1:{port}" in log_path.read_text()
+            assert _judged(client, "1" * 32)["budget"] == "rag-ttft"
+
+            budget.write_text(original.replace("target_ms: 20", "target_ms: 90"))  # > limit
+            process.send_signal(signal.SIGHUP)
+            _wait_for(lambda: "budget reload failed" in log_path.read_text(), "reload error")
+            assert "keeping 'rag-ttft'" in log_path.read_text()
+            assert _judged(client, "2" * 32)["budget"] == "rag-ttft"
+
+            budget.write_text(original.replace("name: rag-ttft", "name: rag-ttft-v2"))
+            process.send_signal(signal.SIGHUP)
+            _wait_for(lambda: "budget reloaded" in log_path.read_text(), "reload")
+            assert _judged(client, "3" * 32)["budget"] == "rag-ttft-v2"
+
+            # A trace whose root never arrives is held (max age 60 s) until shutdown.
+            rootless = [replace(s, trace_id="4" * 32) for s in rag_trace().spans[1:]]
+            rootless = [replace(rootless[0], parent_span_id="e" * 16), *rootless[1:]]
+            body = otlp_request(rootless).SerializeToString()
+            assert client.post(
+                "/v1/traces", content=body, headers={"Content-Type": PROTOBUF}
+            ).is_success
+            time.sleep(0.5)
+            assert client.get(f"/api/verdicts/{'4' * 32}").status_code == 404
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=20) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+    text = log_path.read_text()
+    assert "collector stopped" in text
+    assert "Traceback" not in text
+    store = VerdictStore(tmp_path / "v.db", retention_seconds=86400, retention_count=100)
+    try:
+        flushed = store.get("4" * 32)
+        assert flushed is not None
+        assert flushed["spans"] == len(rootless)
+        assert {store.get(c * 32)["budget"] for c in "12"} == {"rag-ttft"}  # type: ignore[index]
+    finally:
+        store.close()

@@ -1,0 +1,167 @@
+"""Forwarding to a real OTLP/HTTP receiver on 127.0.0.1: annotations as DESIGN §7 says, and a
+downstream that is down for a while loses nothing within the queue bound."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from collector.semconv import (
+    BUDGET_BLAME,
+    BUDGET_NAME,
+    BUDGET_OVERRUN_MS,
+    BUDGET_STAGE,
+    BUDGET_STATUS,
+    BUDGET_TTFT_MS,
+)
+from collector.spans import SpanKind
+from collector.verdict import Verdict
+from tests.collector.harness import Collector, ServerThread, otlp_request, running_collector
+from tests.traces import TraceBuilder, rag_trace
+
+PROTOBUF = "application/x-protobuf"
+
+
+class Receiver:
+    """A minimal OTLP/HTTP trace receiver that keeps every span it is sent."""
+
+    def __init__(self) -> None:
+        self.spans: dict[bytes, tuple[str, Any]] = {}  # span id -> (service, span)
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.app = FastAPI()
+
+        @self.app.post("/v1/traces")
+        async def traces(request: Request) -> Response:
+            decoded = ExportTraceServiceRequest.FromString(await request.body())
+            with self.lock:
+                self.requests += 1
+                for resource_spans in decoded.resource_spans:
+                    service = next(
+                        kv.value.string_value
+                        for kv in resource_spans.resource.attributes
+                        if kv.key == "service.name"
+                    )
+                    for scope_spans in resource_spans.scope_spans:
+                        assert scope_spans.scope.name == "tests"
+                        for span in scope_spans.spans:
+                            self.spans[span.span_id + span.trace_id] = (service, span)
+            return Response(b"", media_type=PROTOBUF)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.spans)
+
+
+def _attributes(span: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in span.attributes:
+        which = kv.value.WhichOneof("value")
+        if which == "array_value":
+            out[kv.key] = [v.string_value for v in kv.value.array_value.values]
+        else:
+            out[kv.key] = getattr(kv.value, which)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait(predicate: Any, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _send(collector: Collector, spans: list[Any]) -> None:
+    response = collector.post(otlp_request(spans).SerializeToString(), PROTOBUF)
+    assert response.status_code == 200
+
+
+class Recorder:
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.trace_ids: list[str] = []
+
+    def on_verdicts(self, verdicts: Sequence[Verdict]) -> None:
+        self.trace_ids.extend(v.trace_id for v in verdicts)
+
+
+def test_forwarded_spans_carry_budget_annotations(tmp_path: Path) -> None:
+    receiver = Receiver()
+    recorder = Recorder()
+    with (
+        ServerThread(receiver.app) as downstream,
+        running_collector(tmp_path, forward_url=downstream.url, listeners=[recorder]) as collector,
+    ):
+        judged = rag_trace(trace_id="1" * 32, retrieval=30, prefill=30)
+        skipped = TraceBuilder(trace_id="2" * 32)
+        skipped.add("GET /healthz", 0, 1, kind=SpanKind.SERVER, service="other")
+        _send(collector, judged.spans + skipped.spans)
+        verdict = collector.verdict("1" * 32)
+        _wait(lambda: receiver.count() == len(judged.spans) + 1)
+        late = TraceBuilder(trace_id="1" * 32)
+        late.add("late.cleanup", 500, 501, parent=judged.spans[1].span_id)
+        _send(collector, [replace(late.spans[0], span_id="f" * 16)])
+        _wait(lambda: receiver.count() == len(judged.spans) + 2)
+        assert collector.verdict("1" * 32)["late_spans"] == 1
+        assert collector.metric("spanbudget_spans_late_total") == 1
+        assert collector.metric("spanbudget_traces_skipped_total") == 1
+    assert recorder.trace_ids == ["1" * 32]  # late spans never re-deliver a verdict
+
+    by_id = {key.hex(): (service, span) for key, (service, span) in receiver.spans.items()}
+    root_attrs = _attributes(by_id[judged.spans[0].span_id + "1" * 32][1])
+    assert root_attrs[BUDGET_NAME] == "rag-ttft"
+    assert root_attrs[BUDGET_STATUS] == verdict["status"] == "overrun"
+    assert root_attrs[BUDGET_TTFT_MS] == verdict["ttft_ms"]
+    assert root_attrs[BUDGET_BLAME] == verdict["blame"]
+    assert sorted(verdict["blame"]) == ["prefill", "retrieval"]
+    assert root_attrs[BUDGET_OVERRUN_MS] == verdict["overrun_ms"]
+    assert root_attrs[BUDGET_STAGE] == "network"
+    stages = {span.name: _attributes(span).get(BUDGET_STAGE) for _, span in by_id.values()}
+    assert stages["query rag-docs"] == "retrieval"
+    assert stages["prompt.render"] == "prompt"
+    assert stages["llm_request"] == "prefill"  # inherited from the chat client span
+    assert stages["auth.verify"] == "gateway"
+    assert stages["GET /healthz"] is None  # skipped trace: forwarded as it came
+    assert stages["late.cleanup"] is None
+    gateway = next(s for _, s in by_id.values() if s.name == "prompt.render")
+    assert BUDGET_STATUS not in _attributes(gateway)
+    assert {service for service, _ in by_id.values()} == {
+        "spanbudget-loadtest",
+        "rag-gateway",
+        "vllm",
+        "other",
+    }
+
+
+def test_downstream_down_then_back_loses_nothing_and_never_slows_intake(tmp_path: Path) -> None:
+    port = _free_port()
+    receiver = Receiver()
+    traces = 30
+    with running_collector(tmp_path, forward_url=f"http://127.0.0.1:{port}") as collector:
+        for i in range(traces):
+            _send(collector, rag_trace(trace_id=f"{i + 1:032x}").spans)
+        for i in range(traces):
+            collector.verdict(f"{i + 1:032x}")  # judged and stored while nothing can be sent
+        _wait(lambda: collector.metric("spanbudget_export_failures_total", sink="otlp") >= 2)
+        assert receiver.count() == 0
+        with ServerThread(receiver.app, port=port):
+            expected = traces * len(rag_trace().spans)
+            _wait(lambda: receiver.count() == expected)
+            _wait(lambda: collector.metric("spanbudget_spans_forwarded_total") == expected)
+    assert collector.metric("spanbudget_forward_spans_dropped_total", reason="queue_full") == 0
+    assert collector.metric("spanbudget_spans_received_total") == expected
