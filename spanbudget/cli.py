@@ -18,8 +18,9 @@ __all__ = ["app", "main"]
 COMMAND_MODULES: list[tuple[str, list[str]]] = [
     ("collector.cli", ["check"]),
     ("collector.live.cli", ["collect"]),
-    ("collector.loadtest.cli", ["loadtest", "report"]),
+    ("service.cli", ["serve", "ingest"]),
     ("service.engine.cli", ["engine"]),
+    ("collector.loadtest.cli", ["loadtest", "report"]),
 ]
 
 app = typer.Typer(

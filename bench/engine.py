@@ -1,0 +1,222 @@
+"""Engine emulator under load: modelled against actual step times, at 1, 50 and 200 streams.
+
+Starts `spanbudget engine` in its own process (spans exported over OTLP to a local sink),
+drives it with concurrent streaming clients as a load generator would, and prints the
+gap between each step's modelled and real duration next to client-side TTFT and ITL.
+
+    .venv/bin/python bench/engine.py [--preset qwen3-8b-h100] [--concurrency 1 50 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http.server
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+PROMPT_TEXT = (
+    "Context: the scheduler batches decode tokens of running sequences with prefill chunks "
+    "of waiting ones, within a token budget, and preempts when the cache fills."
+)
+
+
+class _Sink(http.server.BaseHTTPRequestHandler):
+    """Accepts OTLP/HTTP exports and throws them away (the engine's spans need a receiver)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _engine(preset: str) -> Iterator[str]:
+    sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    port = _free_port()
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.server_address[1]}",
+    }
+    command = [str(Path(sys.executable).parent / "spanbudget"), "engine"]
+    if os.environ.get("BENCH_WRAP"):
+        command = [sys.executable, os.environ["BENCH_WRAP"], "engine"]
+    command += ["--listen", f"127.0.0.1:{port}", "--preset", preset]
+    process = subprocess.Popen(command, env=env, stderr=None, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"engine exited: {process.stderr.read() if process.stderr else ''}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        sink.shutdown()
+
+
+async def _one(client: httpx.AsyncClient, index: int, ttft: list[float], itl: list[float]) -> None:
+    vocabulary = PROMPT_TEXT.split(" ")
+    words = [vocabulary[(index + i) % len(vocabulary)] for i in range(450)]
+    body = {
+        "messages": [{"role": "user", "content": f"request {index}: " + " ".join(words)}],
+        "max_tokens": 128,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    start = last = time.perf_counter()
+    first = True
+    async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            line = line.strip()
+            if not line or line == "data: [DONE]":
+                continue
+            data = json.loads(line.removeprefix("data: "))
+            choices = data.get("choices")
+            if not choices or "role" in choices[0]["delta"]:
+                continue
+            now = time.perf_counter()
+            if first:
+                ttft.append(now - start)
+                first = False
+            else:
+                itl.append(now - last)
+            last = now
+
+
+async def _load(url: str, concurrency: int, requests: int) -> dict[str, float]:
+    ttft: list[float] = []
+    itl: list[float] = []
+    errors: list[int] = []
+    counter = iter(range(requests))
+    limits = httpx.Limits(max_connections=concurrency + 10, max_keepalive_connections=concurrency)
+
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=300) as client:
+
+        async def worker() -> None:
+            for index in counter:
+                try:
+                    await _one(client, index, ttft, itl)
+                except httpx.HTTPError:
+                    errors.append(index)
+
+        since = time.monotonic()
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+        steps = (await client.get("/emulator/steps", params={"since": since})).json()
+    modelled = [s["modelled_seconds"] * 1e3 for s in steps]
+    actual = [s["actual_seconds"] * 1e3 for s in steps]
+    gaps = sorted(a - m for a, m in zip(actual, modelled, strict=True))
+    return {
+        "requests": requests,
+        "errors": len(errors),
+        "steps": len(steps),
+        "batch_max": max(s["num_seqs"] for s in steps),
+        "model_p50": _pct(modelled, 50),
+        "model_p99": _pct(modelled, 99),
+        "actual_p99": _pct(actual, 99),
+        "gap_p50": _pct(gaps, 50),
+        "gap_p99": _pct(gaps, 99),
+        "gap_max": gaps[-1],
+        "late_2ms": sum(g > 2.0 for g in gaps) / len(gaps) * 100,
+        "ttft_p50": _pct(ttft, 50) * 1e3,
+        "ttft_p99": _pct(ttft, 99) * 1e3,
+        "itl_p50": _pct(itl, 50) * 1e3,
+        "itl_p99": _pct(itl, 99) * 1e3,
+        "rps": requests / elapsed,
+    }
+
+
+def _sleep_floor(seconds: float = 2.0, step: float = 0.008) -> tuple[float, float]:
+    """How late a bare `time.sleep` wakes on this machine now (p50, p99 ms): the noise floor."""
+    lates = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        start = time.monotonic()
+        time.sleep(step)
+        lates.append((time.monotonic() - start - step) * 1e3)
+    return _pct(lates, 50), _pct(lates, 99)
+
+
+def _pct(values: list[float], q: int) -> float:
+    if len(values) < 2:
+        return values[0] if values else float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--preset", default="qwen3-8b-h100")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50, 200])
+    parser.add_argument("--rounds", type=int, default=2, help="requests per stream")
+    args = parser.parse_args()
+    rows = []
+    floor_before = _sleep_floor()
+    with _engine(args.preset) as url:
+        asyncio.run(_load(url, 1, 2))  # warm-up: first-request costs are not step timing
+        for concurrency in args.concurrency:
+            rows.append(
+                (concurrency, asyncio.run(_load(url, concurrency, concurrency * args.rounds)))
+            )
+    table = Table(title=f"engine emulator, preset {args.preset}: step time modelled vs actual (ms)")
+    columns = [
+        ("streams", None), ("requests", "requests"), ("failed", "errors"), ("steps", "steps"),
+        ("max batch", "batch_max"),
+        ("model p50", "model_p50"), ("model p99", "model_p99"), ("actual p99", "actual_p99"),
+        ("gap p50", "gap_p50"), ("gap p99", "gap_p99"), ("gap max", "gap_max"),
+        ("% >2ms", "late_2ms"), ("TTFT p50", "ttft_p50"), ("TTFT p99", "ttft_p99"),
+        ("ITL p50", "itl_p50"), ("ITL p99", "itl_p99"), ("req/s", "rps"),
+    ]  # fmt: skip
+    for title, _ in columns:
+        table.add_column(title, justify="right")
+    counts = ("requests", "errors", "steps", "batch_max")
+    for concurrency, row in rows:
+        cells = (f"{row[k]:.0f}" if k in counts else f"{row[k]:.2f}" for _, k in columns[1:])
+        table.add_row(str(concurrency), *cells)
+    Console(width=220).print(table)
+    floor_after = _sleep_floor()
+    print("gap = actual - modelled step duration, measured by the engine core itself (no stalls)")
+    print(
+        "machine noise floor, bare time.sleep(8 ms) lateness p50/p99: "
+        f"before {floor_before[0]:.2f}/{floor_before[1]:.2f} ms, "
+        f"after {floor_after[0]:.2f}/{floor_after[1]:.2f} ms; load average {os.getloadavg()[0]:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

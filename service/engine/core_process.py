@@ -1,0 +1,204 @@
+"""The engine core in a process of its own, as vLLM V1 runs EngineCore apart from its API server.
+
+No frontend thread can hold the interpreter lock when a step ends: the core process only
+schedules and sleeps, and sends each step's tokens, timings and stats over a pipe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from service.engine.engine_loop import EngineLoop, StepObserver, StepRecord, TokenSink
+from service.engine.perf_model import PerfModel
+from service.engine.presets import Preset
+from service.engine.scheduler import Scheduler, SchedulerStats, Sequence, TokenEvent
+
+__all__ = ["ProcessEngineLoop"]
+
+
+class _PipeCore(EngineLoop):
+    """`EngineLoop` inside the core process: commands come from, and steps go to, a pipe."""
+
+    def __init__(
+        self, scheduler: Scheduler, conn: Connection, stall_seconds: Callable[[float], float]
+    ) -> None:
+        super().__init__(scheduler, stall_seconds=stall_seconds, observers=(self,), keep_records=1)
+        self._conn = conn
+        self._by_id: dict[str, Sequence] = {}
+        self._record: StepRecord | None = None
+        self.outbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._preemptions_sent = 0
+
+    def on_step(self, record: StepRecord, stats: SchedulerStats) -> None:
+        self._record = record
+
+    def _drain(self, *, block: bool, timeout: float | None) -> bool:
+        if not self._conn.poll(timeout if block else 0):
+            return True
+        while True:
+            try:
+                message = self._conn.recv()
+            except EOFError:
+                return False
+            if message is None:
+                return False
+            if message[0] == "add":
+                seq = Sequence(*message[1:])
+                self._by_id[seq.request_id] = seq
+                self.scheduler.add(seq)
+            else:
+                found = self._by_id.pop(message[1], None)
+                if found is not None and not found.finished:
+                    self.scheduler.abort(found)
+            if not self._conn.poll(0):
+                return True
+
+    def _post(self, events: list[TokenEvent]) -> None:
+        record, self._record = self._record, None
+        if record is None and not events:
+            return
+        stats = self.scheduler.stats
+        preempted = stats.preempted_ids[self._preemptions_sent :]
+        self._preemptions_sent = len(stats.preempted_ids)
+        rows = []
+        for event in events:
+            s = event.sequence
+            if event.finished:
+                self._by_id.pop(s.request_id, None)
+            rows.append(
+                (s.request_id, event.index, event.time, event.finished, s.scheduled_ts,
+                 s.first_token_ts, s.last_token_ts, s.finished_ts, s.num_output,
+                 s.num_preemptions)
+            )  # fmt: skip
+        summary = (stats.num_running, stats.num_waiting, stats.kv_cache_usage, preempted)
+        self.outbox.put((record, summary, rows))
+
+    def send_forever(self) -> None:
+        """Runs on a thread of its own: a frontend slow to read must not stall the steps."""
+        while (message := self.outbox.get()) is not None:
+            try:
+                self._conn.send(message)
+            except OSError:
+                return
+
+
+def _core_main(preset: Preset, stall_seconds: Callable[[float], float], conn: Connection) -> None:
+    core = _PipeCore(Scheduler(PerfModel(preset)), conn, stall_seconds)
+    sender = threading.Thread(target=core.send_forever, name="engine-core-send", daemon=True)
+    sender.start()
+    try:
+        core._run()
+    finally:
+        core.outbox.put(None)
+        sender.join(timeout=5)
+
+
+class ProcessEngineLoop:
+    """The frontend's handle on a core process; same interface as `EngineLoop`.
+
+    It mirrors what the core reports: each request's timestamps onto the frontend's
+    `Sequence`, and the scheduler's counts into `stats` for the step observers (metrics).
+    """
+
+    def __init__(
+        self,
+        preset: Preset,
+        *,
+        stall_seconds: Callable[[float], float],
+        observers: tuple[StepObserver, ...] = (),
+        keep_records: int = 100_000,
+    ) -> None:
+        self.stats = SchedulerStats()
+        self._preset = preset
+        self._stall_seconds = stall_seconds
+        self._observers = observers
+        self._records: deque[StepRecord] = deque(maxlen=keep_records)
+        self._sinks: dict[str, tuple[Sequence, TokenSink]] = {}
+        self._conn: Connection | None = None
+        self._process: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._process is not None:
+            raise RuntimeError("the engine core is already running")
+        context = multiprocessing.get_context("spawn")  # never fork a threaded server
+        self._conn, child = context.Pipe()
+        self._process = context.Process(
+            target=_core_main,
+            args=(self._preset, self._stall_seconds, child),
+            name="engine-core",
+            daemon=True,
+        )
+        self._process.start()
+        child.close()
+        self._loop = loop
+        loop.add_reader(self._conn.fileno(), self._on_readable)
+
+    async def stop(self) -> None:
+        if self._process is None or self._conn is None or self._loop is None:
+            return
+        self._loop.remove_reader(self._conn.fileno())
+        with contextlib.suppress(OSError):  # the core may be gone already
+            self._conn.send(None)
+        await asyncio.to_thread(self._process.join, 10)
+        if self._process.is_alive():
+            self._process.kill()
+        self._conn.close()
+        self._process = None
+
+    def submit(self, seq: Sequence, sink: TokenSink) -> None:
+        if self._conn is None:
+            raise RuntimeError("the engine core is not running")
+        self._sinks[seq.request_id] = (seq, sink)
+        self._conn.send(
+            ("add", seq.request_id, seq.prompt_tokens, seq.output_tokens, seq.arrival,
+             seq.queue_delay, seq.prefill_delay)
+        )  # fmt: skip
+
+    def abort(self, seq: Sequence) -> None:
+        if self._sinks.pop(seq.request_id, None) is not None and self._conn is not None:
+            self._conn.send(("abort", seq.request_id))
+
+    def records(self) -> list[StepRecord]:
+        return list(self._records)
+
+    def _on_readable(self) -> None:
+        assert self._conn is not None
+        while self._conn.poll():
+            try:
+                record, summary, rows = self._conn.recv()
+            except EOFError:
+                if self._loop is not None:
+                    self._loop.remove_reader(self._conn.fileno())
+                return
+            running, waiting, kv_usage, preempted = summary
+            self.stats.num_running, self.stats.num_waiting = running, waiting
+            self.stats.kv_cache_usage = kv_usage
+            self.stats.num_preemptions += len(preempted)
+            self.stats.preempted_ids.extend(preempted)
+            if record is not None:
+                self._records.append(record)
+                self.stats.steps += 1
+                for observer in self._observers:
+                    observer.on_step(record, self.stats)
+            for row in rows:
+                self._deliver(row)
+
+    def _deliver(self, row: tuple[Any, ...]) -> None:
+        request_id, index, time, finished = row[:4]
+        # An aborted request (client gone) has no sink any more; its last tokens are dropped.
+        entry = self._sinks.pop(request_id, None) if finished else self._sinks.get(request_id)
+        if entry is None:
+            return
+        seq, sink = entry
+        (seq.scheduled_ts, seq.first_token_ts, seq.last_token_ts, seq.finished_ts,
+         seq.num_output, seq.num_preemptions) = row[4:]  # fmt: skip
+        sink.on_token(TokenEvent(seq, index, time, finished))

@@ -1,0 +1,216 @@
+"""The real-time driver of the scheduler: an engine-core loop that waits out each step.
+
+As in vLLM V1, the engine core runs apart from the HTTP frontend, here on a thread (tokens
+reach the asyncio loop through `call_soon_threadsafe`); core_process.py runs the same loop
+in a process of its own. Each step starts where the previous one really ended, so lateness
+never piles up; modelled against actual step times are kept for benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from service.engine.scheduler import Scheduler, SchedulerStats, Sequence, TokenEvent
+
+__all__ = ["Clock", "EngineLoop", "MonotonicClock", "StepObserver", "StepRecord", "TokenSink"]
+
+
+class Clock(Protocol):
+    """Monotonic seconds, and a blocking wait until a point on the same scale."""
+
+    def now(self) -> float: ...
+
+    def sleep_until(self, deadline: float) -> None: ...
+
+
+class MonotonicClock:
+    """`time.monotonic` (asyncio's clock too) with `time.sleep`, precise to about 0.1 ms."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep_until(self, deadline: float) -> None:
+        while (remaining := deadline - time.monotonic()) > 0:
+            time.sleep(remaining)
+
+
+class TokenSink(Protocol):
+    """Receives one sequence's tokens, on the event loop, as the steps produce them."""
+
+    def on_token(self, event: TokenEvent) -> None: ...
+
+
+class StepObserver(Protocol):
+    """Called on the engine-core thread after every step; must be quick and thread-safe."""
+
+    def on_step(self, record: StepRecord, stats: SchedulerStats) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One executed step: what the model said it takes (stall included) and what it took."""
+
+    start: float
+    modelled_seconds: float
+    actual_seconds: float
+    stall_seconds: float
+    num_seqs: int
+    num_tokens: int
+    num_prefill_tokens: int
+
+    @property
+    def gap_seconds(self) -> float:
+        return self.actual_seconds - self.modelled_seconds
+
+
+def _no_stall(elapsed: float) -> float:
+    return 0.0
+
+
+_STOP = object()
+
+
+class EngineLoop:
+    """Runs `scheduler` in real time on its own thread; hands tokens to sinks on `loop`.
+
+    `submit` and `abort` are called from the event loop; the scheduler is touched only by
+    the engine-core thread, which takes them as commands between steps.
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        clock: Clock | None = None,
+        *,
+        stall_seconds: Callable[[float], float] = _no_stall,
+        observers: tuple[StepObserver, ...] = (),
+        keep_records: int = 100_000,
+    ) -> None:
+        self.scheduler = scheduler
+        self.clock = clock or MonotonicClock()
+        self._records: deque[StepRecord] = deque(maxlen=keep_records)
+        self._records_lock = threading.Lock()
+        self._stall_seconds = stall_seconds
+        self._observers = observers
+        self._sinks: dict[Sequence, TokenSink] = {}
+        self._commands: queue.SimpleQueue[tuple[str, Sequence] | object] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- event-loop side -------------------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._thread is not None:
+            raise RuntimeError("the engine loop is already running")
+        self._loop = loop
+        self._thread = threading.Thread(target=self._run, name="engine-core", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        thread = self._thread
+        if thread is None:
+            return
+        self._commands.put(_STOP)
+        await asyncio.to_thread(thread.join)
+        self._thread = None
+
+    def submit(self, seq: Sequence, sink: TokenSink) -> None:
+        self._sinks[seq] = sink
+        self._commands.put(("add", seq))
+
+    def abort(self, seq: Sequence) -> None:
+        """Forget a sequence that has not finished (client gone, stream dropped)."""
+        if self._sinks.pop(seq, None) is not None and not seq.finished:
+            self._commands.put(("abort", seq))
+
+    @property
+    def stats(self) -> SchedulerStats:
+        return self.scheduler.stats
+
+    def records(self) -> list[StepRecord]:
+        with self._records_lock:
+            return list(self._records)
+
+    def _deliver(self, events: list[TokenEvent]) -> None:
+        for event in events:
+            sink = self._sinks.get(event.sequence)
+            if event.finished:
+                self._sinks.pop(event.sequence, None)
+            if sink is not None:
+                sink.on_token(event)
+
+    # -- engine-core thread ----------------------------------------------------------
+    def _run(self) -> None:
+        started_at = self.clock.now()
+        # Back to back, a step starts where the previous one ended: the bookkeeping between
+        # them (tokens out, commands in, the next batch) overlaps the step, as vLLM's async
+        # scheduling overlaps CPU work with the GPU, and shows up as lateness if it runs over.
+        previous_end: float | None = None
+        while True:
+            if not self._drain(block=False, timeout=None):
+                return
+            now = self.clock.now() if previous_end is None else previous_end
+            events = self.scheduler.release_held(now)
+            step = self.scheduler.schedule(now)
+            if step is None:
+                self._post(events)
+                if previous_end is not None:
+                    # A request may have arrived after the last step ended: look again at
+                    # the real time before sleeping, or it would wait for the next command.
+                    previous_end = None
+                    continue
+                now = self.clock.now()
+                timer = self.scheduler.next_timer(now)
+                timeout = None if timer is None else max(0.0, timer - now)
+                if not self._drain(block=True, timeout=timeout):
+                    return
+                continue
+            stall = self._stall_seconds(now - started_at)
+            modelled = step.seconds + stall
+            self.clock.sleep_until(now + modelled)
+            end = previous_end = self.clock.now()
+            events += self.scheduler.complete(step, end)
+            record = StepRecord(
+                start=now,
+                modelled_seconds=modelled,
+                actual_seconds=end - now,
+                stall_seconds=stall,
+                num_seqs=len(step.entries),
+                num_tokens=step.num_tokens,
+                num_prefill_tokens=step.num_prefill_tokens,
+            )
+            with self._records_lock:
+                self._records.append(record)
+            for observer in self._observers:
+                observer.on_step(record, self.scheduler.stats)
+            self._post(events)
+
+    def _drain(self, *, block: bool, timeout: float | None) -> bool:
+        """Apply pending commands (waiting for one if `block`); False once told to stop."""
+        try:
+            command = self._commands.get(block=block, timeout=timeout)
+        except queue.Empty:
+            return True
+        while True:
+            if command is _STOP:
+                return False
+            if isinstance(command, tuple):
+                kind, seq = command
+                if kind == "add":
+                    self.scheduler.add(seq)
+                elif not seq.finished:
+                    self.scheduler.abort(seq)
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _post(self, events: list[TokenEvent]) -> None:
+        if events and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._deliver, events)

@@ -1,0 +1,212 @@
+"""The whole embedded stack on 127.0.0.1: engine emulator, collector and gateway as separate
+processes, driven by the real load tester and by `spanbudget demo --exit`."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from collector.loadtest.files import read_rows
+from spanbudget.processes import Child, Supervisor
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {"HF_HUB_OFFLINE": "1", "OTEL_BSP_SCHEDULE_DELAY": "200", "PYTHONUNBUFFERED": "1"}
+DOCS = {
+    "with.md": "# The with statement\n\nThe with statement wraps a block with methods defined "
+    "by a context manager: __enter__ runs first, __exit__ always runs last, even when the "
+    "block raises.\n",
+    "generators.txt": "Generators\n\nA generator function contains yield. Calling it returns "
+    "an iterator; each next() runs the body to the following yield.\n",
+    "slices.rst": "Slices\n======\n\nA slice a[i:j:k] selects items from i up to j in steps "
+    "of k; negative steps walk backwards and omitted bounds default to the ends.\n",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def spanbudget(*args: str) -> list[str]:
+    return [sys.executable, "-m", "spanbudget", *args]
+
+
+@dataclass
+class Stack:
+    gateway: str
+    collector: str
+    data: Path
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("stack")
+    docs = root / "docs"
+    docs.mkdir()
+    for name, text in DOCS.items():
+        (docs / name).write_text(text)
+    data = root / "data"
+    env = {**ENV}
+    subprocess.run(
+        spanbudget("ingest", str(docs), "--data-dir", str(data)),
+        check=True,
+        timeout=300,
+        capture_output=True,
+        env={**dict(__import__("os").environ), **env},
+        cwd=REPO,
+    )
+    ports = {name: free_port() for name in ("collector", "engine", "gateway")}
+    collector = f"http://127.0.0.1:{ports['collector']}"
+    otlp = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": collector}
+    supervisor = Supervisor()
+    children = [
+        Child(
+            "collector",
+            spanbudget(
+                "collect",
+                "--listen",
+                f"127.0.0.1:{ports['collector']}",
+                "--budget",
+                str(REPO / "budget.yaml"),
+                "--db",
+                str(data / "verdicts.db"),
+                "--decision-wait",
+                "0.5s",
+            ),
+            f"{collector}/readyz",
+            root / "collector.log",
+            env,
+        ),
+        Child(
+            "engine",
+            spanbudget("engine", "--listen", f"127.0.0.1:{ports['engine']}"),
+            f"http://127.0.0.1:{ports['engine']}/health",
+            root / "engine.log",
+            otlp,
+        ),
+        Child(
+            "gateway",
+            spanbudget(
+                "serve",
+                "--listen",
+                f"127.0.0.1:{ports['gateway']}",
+                "--llm-base-url",
+                f"http://127.0.0.1:{ports['engine']}/v1",
+                "--data-dir",
+                str(data),
+            ),
+            f"http://127.0.0.1:{ports['gateway']}/readyz",
+            root / "gateway.log",
+            {**otlp, "SPANBUDGET_API_KEYS": ""},
+        ),
+    ]
+    try:
+        for child in children:
+            supervisor.start(child)
+        for child in children:
+            supervisor.wait_healthy(child, 180)
+        yield Stack(f"http://127.0.0.1:{ports['gateway']}", collector, data)
+    finally:
+        supervisor.stop_all()
+
+
+def test_small_load_test_joins_a_verdict_to_every_request(stack: Stack, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = subprocess.run(
+        spanbudget(
+            "loadtest",
+            "--target",
+            stack.gateway,
+            "--collector",
+            stack.collector,
+            "--requests",
+            "20",
+            "--rate",
+            "4",
+            "--run-id",
+            "e2e-small",
+            "--out",
+            str(out),
+            "--budget",
+            str(REPO / "budget.yaml"),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    report = json.loads((out / "report.json").read_text())
+    rows = read_rows(out / "requests.csv")
+    assert report["requests"] == len(rows) == 20
+    assert report["errors"] == 0, [r["error"] for r in rows if r["error"]]
+    assert report["verdicts"]["missing"] == 0
+    assert all(r["verdict_status"] for r in rows)
+    # Every stage of the reference path showed up, and the numbers recompute from the CSV.
+    for stage in report["stages"]:
+        values = [r[f"{stage['name']}_ms"] for r in rows if r[f"{stage['name']}_ms"] is not None]
+        if stage["name"] == "network":
+            assert stage["count"] == 20
+        assert len(values) == stage["count"]
+        if values:
+            for q in (50, 90, 95, 99):
+                assert stage["ms"][f"p{q}"] == pytest.approx(float(np.percentile(values, q)))
+            assert stage["ms"]["max"] == max(values)
+    by_name = {s["name"]: s for s in report["stages"]}
+    assert by_name["retrieval"]["ms"]["p50"] > 0
+    assert by_name["prefill"]["ms"]["p50"] > 0
+    # Client and trace agree on the time to first token within a few ms (network skew only).
+    for row in rows:
+        assert abs(row["ttft_ms"] - row["verdict_ttft_ms"]) < 5
+    assert (out / "report.html").stat().st_size > 10_000
+    again = subprocess.run(
+        spanbudget("report", str(out)), capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert again.returncode == result.returncode
+    assert "retrieval" in again.stdout
+
+
+def test_demo_exit_from_a_fresh_state(tmp_path: Path) -> None:
+    """`spanbudget demo --exit` on an empty data dir: ingest, start, load, report, stop."""
+    out = tmp_path / "run"
+    ports = [free_port() for _ in range(3)]
+    result = subprocess.run(
+        spanbudget(
+            "demo",
+            "--exit",
+            "--duration",
+            "12s",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--out",
+            str(out),
+            "--gateway-listen",
+            f"127.0.0.1:{ports[0]}",
+            "--engine-listen",
+            f"127.0.0.1:{ports[1]}",
+            "--collector-listen",
+            f"127.0.0.1:{ports[2]}",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
+    assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert [p["name"] for p in report["phases"]] == ["nominal", "burst"]
+    assert report["verdicts"]["missing"] == 0
+    assert "web UI" in result.stdout
+    # No child outlives the demo.
+    for port in ports:
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0

@@ -1,0 +1,147 @@
+"""Injected faults: the delay header (only with --faults), stalls, 500s and dropped streams."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+
+import httpx
+import pytest
+
+from service.engine.faults import (
+    FaultError,
+    StallSchedule,
+    TroubleMaker,
+    parse_delay_header,
+    parse_stall,
+)
+from service.engine.generation import OutputPlanner
+
+from .harness import build_engine, preset, serve
+
+CHAT = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
+DELAY = {"x-spanbudget-delay": "retrieval=30,queue=50,prefill=40"}
+
+
+def test_delay_header_parsing_keeps_engine_keys_only() -> None:
+    assert parse_delay_header("retrieval=30,queue=50, prefill=40") == {
+        "queue": 0.05,
+        "prefill": 0.04,
+    }
+    assert parse_delay_header("queue=abc,prefill,=3") == {}
+    assert parse_delay_header(None) == {}
+
+
+@pytest.mark.parametrize("faults", [True, False], ids=["faults-on", "faults-off"])
+def test_delay_header_lengthens_queue_and_prefill_only_with_faults(
+    planner: OutputPlanner, faults: bool
+) -> None:
+    engine = build_engine(preset("qwen3-8b-h100"), planner, faults=faults)
+
+    async def run() -> None:
+        async with serve(engine.app) as url, httpx.AsyncClient(base_url=url) as client:
+            response = await client.post("/v1/chat/completions", json=CHAT, headers=DELAY)
+            response.raise_for_status()
+
+    asyncio.run(run())
+    (span,) = engine.spans.get_finished_spans()
+    attrs = span.attributes or {}
+    queue = attrs["gen_ai.latency.time_in_queue"]
+    prefill = attrs["gen_ai.latency.time_in_model_prefill"]
+    assert isinstance(queue, float)
+    assert isinstance(prefill, float)
+    modelled = engine.runtime.perf.prefill_seconds(int(attrs["gen_ai.usage.prompt_tokens"]))
+    if faults:
+        assert queue == pytest.approx(0.05, abs=0.01)
+        assert prefill == pytest.approx(0.04 + modelled, abs=0.01)
+    else:
+        assert queue < 0.01
+        assert prefill == pytest.approx(modelled, abs=0.01)
+
+
+def test_error_rate_answers_500(planner: OutputPlanner) -> None:
+    engine = build_engine(preset(), planner, trouble=TroubleMaker(error_rate=1.0))
+
+    async def run() -> httpx.Response:
+        transport = httpx.ASGITransport(app=engine.app)
+        async with (
+            engine.runtime.running(),
+            httpx.AsyncClient(transport=transport, base_url="http://engine") as client,
+        ):
+            return await client.post("/v1/chat/completions", json=CHAT)
+
+    response = asyncio.run(run())
+    assert response.status_code == 500
+    assert response.json()["error"]["type"] == "InternalServerError"
+    assert engine.spans.get_finished_spans() == ()
+
+
+def test_drop_rate_cuts_the_stream_mid_way(planner: OutputPlanner) -> None:
+    engine = build_engine(preset(), planner, trouble=TroubleMaker(drop_rate=1.0, seed=4))
+    body = CHAT | {"stream": True, "max_tokens": 20}
+    received: list[str] = []
+
+    async def run() -> None:
+        async with (
+            serve(engine.app) as url,
+            httpx.AsyncClient(base_url=url) as client,
+            client.stream("POST", "/v1/chat/completions", json=body) as response,
+        ):
+            async for line in response.aiter_lines():
+                received.append(line)
+
+    with pytest.raises(httpx.RemoteProtocolError):
+        asyncio.run(run())
+    data = [line for line in received if line.startswith("data: ")]
+    assert 1 <= len(data) < 21
+    assert "data: [DONE]" not in data
+    # The aborted request leaves nothing behind in the engine, and vLLM emits no span for it.
+    assert not engine.runtime.scheduler.has_work
+    assert engine.runtime.scheduler.free_blocks == engine.runtime.scheduler.total_blocks
+    assert engine.spans.get_finished_spans() == ()
+
+
+def test_scheduled_stall_lengthens_one_step(planner: OutputPlanner) -> None:
+    assert parse_stall("10s:500ms") == (10.0, 0.5)
+    with pytest.raises(FaultError):
+        parse_stall("soon")
+    engine = build_engine(preset(), planner, stalls=StallSchedule([(0.0, 0.2)]))
+
+    async def run() -> None:
+        async with serve(engine.app) as url, httpx.AsyncClient(base_url=url) as client:
+            (await client.post("/v1/chat/completions", json=CHAT)).raise_for_status()
+
+    asyncio.run(run())
+    records = engine.runtime.loop.records()
+    assert records[0].stall_seconds == 0.2
+    assert records[0].actual_seconds >= 0.2
+    assert all(r.stall_seconds == 0 for r in records[1:])
+    (span,) = engine.spans.get_finished_spans()
+    attrs = span.attributes or {}
+    assert attrs["gen_ai.latency.time_to_first_token"] >= 0.2
+
+
+@pytest.mark.parametrize("core", ["thread", "process"])
+def test_client_gone_mid_stream_frees_the_request_and_others_go_on(
+    planner: OutputPlanner, core: Literal["thread", "process"]
+) -> None:
+    engine = build_engine(preset(), planner, core=core)
+    body = CHAT | {"stream": True, "max_tokens": 30}
+
+    async def run() -> int:
+        async with serve(engine.app) as url, httpx.AsyncClient(base_url=url) as client:
+            for _ in range(12):
+                async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+                    async for line in response.aiter_lines():
+                        if '"content":"' in line and '"role"' not in line:
+                            break  # hang up after the first token
+            response = await client.post("/v1/chat/completions", json=CHAT)
+            response.raise_for_status()
+            await asyncio.sleep(0.1)
+            return int(response.json()["usage"]["completion_tokens"])
+
+    # Back-to-back requests arriving just after a step ends must never wait forever.
+    assert asyncio.run(asyncio.wait_for(run(), 20)) == 4
+    assert engine.runtime.loop.stats.num_running == 0
+    # Only the request that ran to the end has a span, as in vLLM.
+    assert len(engine.spans.get_finished_spans()) == 1

@@ -1,0 +1,104 @@
+"""Prometheus metrics under vLLM's names and buckets, and the `spanbudget engine` command."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
+
+from service.engine.api import create_app
+from service.engine.generation import OutputPlanner
+from service.engine.metrics import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
+from service.engine.settings import EngineSettings
+from spanbudget.cli import app
+
+from .harness import build_engine, preset, serve
+
+REQUIRED = (
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+)
+
+
+def test_metrics_use_vllm_names_labels_and_buckets(planner: OutputPlanner) -> None:
+    engine = build_engine(preset(), planner)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+
+    async def run() -> str:
+        transport = httpx.ASGITransport(app=engine.app)
+        async with (
+            engine.runtime.running(),
+            httpx.AsyncClient(transport=transport, base_url="http://engine") as client,
+        ):
+            for _ in range(3):
+                (await client.post("/v1/chat/completions", json=body)).raise_for_status()
+            return (await client.get("/metrics")).text
+
+    families = {f.name: f for f in text_string_to_metric_families(asyncio.run(run()))}
+    for name in REQUIRED:
+        assert name in families, name
+    ttft = families["vllm:time_to_first_token_seconds"]
+    buckets = [float(s.labels["le"]) for s in ttft.samples if s.name.endswith("_bucket")]
+    assert buckets == [*TTFT_BUCKETS, float("inf")]
+    count = next(s for s in ttft.samples if s.name.endswith("_count"))
+    assert count.value == 3
+    assert count.labels == {"model_name": "Qwen/Qwen3-8B", "engine": "0"}
+    itl = families["vllm:inter_token_latency_seconds"]
+    assert next(s for s in itl.samples if s.name.endswith("_count")).value == 3 * 4
+    assert ITL_BUCKETS[0] == 0.01
+    assert REQUEST_LATENCY_BUCKETS[-1] == 7680.0
+    success = families["vllm:request_success"]
+    assert sum(s.value for s in success.samples if s.name.endswith("_total")) == 3
+
+
+def test_engine_command_is_documented_and_rejects_bad_settings() -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["engine", "--help"])
+    assert result.exit_code == 0
+    assert "Example" in result.output
+    assert "spanbudget engine" in result.output
+    assert "--max-num-batched-tokens" in result.output  # preset parameters are flags
+    result = runner.invoke(app, ["engine", "--preset", "nope"])
+    assert result.exit_code == 2
+    assert "unknown preset" in result.output
+    result = runner.invoke(app, ["engine", "--mfu", "2"])
+    assert result.exit_code == 2
+    listed = runner.invoke(app, ["engine", "--list-presets"])
+    assert listed.exit_code == 0
+    assert "qwen3-8b-h100" in listed.output
+
+
+def test_settings_read_environment_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPANBUDGET_FAULTS", "1")
+    monkeypatch.setenv("SPANBUDGET_ENGINE_PRESET", "qwen3-8b-a100")
+    settings = EngineSettings(preset_overrides={"mfu": 0.3})
+    assert settings.faults
+    assert settings.resolved_preset().mfu == 0.3
+    assert settings.served_model() == "Qwen/Qwen3-8B"
+    assert settings.host_port() == ("127.0.0.1", 8000)
+    assert EngineSettings(stalls=["5:100"]).stall_schedule()(5.0) == 0.1
+
+
+def test_lifespan_stops_the_engine_core_then_runs_shutdown_hooks(planner: OutputPlanner) -> None:
+    engine = build_engine(preset(), planner)
+    calls: list[bool] = []
+    app = create_app(
+        engine.runtime, on_shutdown=(lambda: calls.append(engine.runtime.running_now),)
+    )
+
+    async def run() -> None:
+        async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
+            (await client.get("/health")).raise_for_status()
+            assert engine.runtime.running_now
+
+    asyncio.run(run())
+    assert calls == [False]

@@ -1,0 +1,103 @@
+"""The `llm_request` span: vLLM's name, kind, scope, resource, parenting and attributes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind
+
+from service.engine.generation import OutputPlanner
+
+from .harness import bench_style_stream, build_engine, filler_text, preset, serve
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+LATENCIES = (
+    "gen_ai.latency.time_in_queue",
+    "gen_ai.latency.time_to_first_token",
+    "gen_ai.latency.time_in_model_prefill",
+    "gen_ai.latency.time_in_model_decode",
+    "gen_ai.latency.time_in_model_inference",
+    "gen_ai.latency.e2e",
+)
+
+
+def _run(
+    planner: OutputPlanner, requests: list[tuple[dict[str, str], dict[str, object]]]
+) -> tuple[list[ReadableSpan], list[float]]:
+    engine = build_engine(preset("qwen3-8b-a100"), planner)
+    starts: list[float] = []
+
+    async def run() -> None:
+        async with serve(engine.app) as url, httpx.AsyncClient(base_url=url) as client:
+            for headers, extra in requests:
+                body = {"messages": [{"role": "user", "content": filler_text(400)}], "stream": True}
+                starts.append(time.time())
+                await bench_style_stream(client, "/v1/chat/completions", body | extra, headers)
+
+    asyncio.run(run())
+    return list(engine.spans.get_finished_spans()), starts
+
+
+def test_llm_request_span_parents_on_traceparent_with_every_attribute(
+    planner: OutputPlanner,
+) -> None:
+    headers = {
+        "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01",
+        "tracestate": "vendor=x",
+        "baggage": "user=alice",
+    }
+    extra = {"max_tokens": 12, "temperature": 0.0, "top_p": 0.9}
+    spans, starts = _run(planner, [(headers, extra)])
+    assert len(spans) == 1
+    span = spans[0]
+    assert span.name == "llm_request"
+    assert span.kind is SpanKind.SERVER
+    assert span.instrumentation_scope is not None
+    assert span.instrumentation_scope.name == "vllm.tracing.otel"
+    assert span.resource.attributes["service.name"] == "vllm"
+    assert span.parent is not None
+    assert span.parent.is_remote
+    assert f"{span.parent.span_id:016x}" == PARENT_ID
+    assert f"{span.context.trace_id:032x}" == TRACE_ID
+    assert span.context.trace_state.get("vendor") == "x"
+    attrs = span.attributes or {}
+    for name in LATENCIES:
+        value = attrs[name]
+        assert isinstance(value, float), name
+        assert value >= 0, name
+    assert attrs["gen_ai.usage.completion_tokens"] == 12
+    assert isinstance(attrs["gen_ai.usage.prompt_tokens"], int)
+    assert attrs["gen_ai.usage.prompt_tokens"] > 400
+    assert str(attrs["gen_ai.request.id"]).startswith("chatcmpl-")
+    assert attrs["gen_ai.request.max_tokens"] == 12
+    assert attrs["gen_ai.request.top_p"] == 0.9
+    assert "gen_ai.request.temperature" not in attrs  # vLLM drops a falsy temperature
+    # Phases fit together as vLLM's do, and the span starts at arrival.
+    assert attrs["gen_ai.latency.time_in_model_inference"] == pytest.approx(
+        attrs["gen_ai.latency.time_in_model_prefill"] + attrs["gen_ai.latency.time_in_model_decode"]
+    )
+    assert attrs["gen_ai.latency.time_to_first_token"] == pytest.approx(
+        attrs["gen_ai.latency.time_in_queue"] + attrs["gen_ai.latency.time_in_model_prefill"],
+        abs=1e-6,
+    )
+    assert span.start_time is not None
+    assert span.end_time is not None
+    # Loose bounds: this is a shared machine, and only the order of events is the point.
+    assert starts[0] <= span.start_time / 1e9 < starts[0] + 0.5
+    e2e = attrs["gen_ai.latency.e2e"]
+    assert isinstance(e2e, float)
+    assert e2e - 0.001 <= (span.end_time - span.start_time) / 1e9 < e2e + 0.1
+
+
+def test_without_traceparent_the_span_is_a_root_and_baggage_alone_is_ignored(
+    planner: OutputPlanner,
+) -> None:
+    spans, _ = _run(planner, [({}, {"max_tokens": 3}), ({"baggage": "a=b"}, {"max_tokens": 3})])
+    assert len(spans) == 2
+    assert all(span.parent is None for span in spans)
+    assert spans[0].context.trace_id != spans[1].context.trace_id

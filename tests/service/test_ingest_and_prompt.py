@@ -1,0 +1,121 @@
+"""Chunking with stable ids, idempotent ingest into Qdrant Edge, and prompt budgeting."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from service.embedding import SentenceTransformerEmbedder
+from service.ingest import Document, chunk_document, chunk_text, ingest, read_paths
+from service.prompt import PromptBuilder
+from service.telemetry import build_tracer_provider
+from service.tokens import TokenCounter
+from service.vectorstore import EdgeStore, Hit
+
+
+def test_chunks_respect_the_size_and_keep_all_words() -> None:
+    text = "\n\n".join(f"Paragraph {i} " + "word " * (i * 40) for i in range(8))
+    chunks = chunk_text(text, max_chars=500)
+    assert all(len(c) <= 500 for c in chunks)
+    assert " ".join(chunks).split() == text.split()
+
+
+def test_chunk_ids_are_stable_and_distinct() -> None:
+    doc = Document("a.md", "a", "one\n\n" + "two " * 400)
+    first, again = chunk_document(doc, 300), chunk_document(doc, 300)
+    assert [c.id for c in first] == [c.id for c in again]
+    assert len({c.id for c in first}) == len(first) > 1
+    other = chunk_document(Document("b.md", "b", doc.text), 300)
+    assert not {c.id for c in first} & {c.id for c in other}
+
+
+def test_read_paths_takes_text_files_and_python_docstrings(tmp_path: Path) -> None:
+    (tmp_path / "guide.md").write_text("# Guide\n\nUse the thing.")
+    (tmp_path / "notes.rst").write_text("Notes\n=====\n\nMore.")
+    (tmp_path / "skip.bin").write_bytes(b"\x00\x01")
+    (tmp_path / "mod.py").write_text(
+        '"""Module doc."""\n\nclass K:\n    """Class doc."""\n\n'
+        'def f():\n    """Function doc."""\n\ndef g():\n    pass\n'
+    )
+    docs = list(read_paths([tmp_path]))
+    texts = sorted(d.text for d in docs)
+    assert texts == sorted(
+        [
+            "# Guide\n\nUse the thing.",
+            "Notes\n=====\n\nMore.",
+            "Module doc.",
+            "Class doc.",
+            "Function doc.",
+        ]
+    )
+
+
+def test_ingest_twice_is_idempotent(embedder: SentenceTransformerEmbedder, tmp_path: Path) -> None:
+    store = EdgeStore(tmp_path / "c", collection="c", dimension=embedder.dimension)
+    docs = [
+        Document(f"d{i}.txt", f"d{i}", f"Document number {i} about topic {i}.") for i in range(5)
+    ]
+    try:
+        first = ingest(docs, embedder, store, batch_size=2)
+        assert store.count() == first.chunks == 5
+        ingest(docs, embedder, store, batch_size=2)
+        assert store.count() == 5
+        best = store.query(embedder.embed(["topic 3"])[0], limit=1, hnsw_ef=64)[0]
+        assert best.source == "d3.txt"
+    finally:
+        store.close()
+    reopened = EdgeStore(tmp_path / "c", collection="c", dimension=embedder.dimension)
+    assert reopened.exists()
+    assert reopened.count() == 5
+    reopened.close()
+
+
+def _hits(counter: TokenCounter) -> list[Hit]:
+    texts = {0.9: "alpha " * 50, 0.5: "gamma " * 50, 0.7: "beta " * 50}
+    return [Hit(f"id{s}", s, t, f"s{s}", f"t{s}") for s, t in texts.items()]
+
+
+def test_prompt_drops_lowest_scoring_chunks_to_fit_the_budget(counter: TokenCounter) -> None:
+    exporter = InMemorySpanExporter()
+    provider = build_tracer_provider("t", processor=SimpleSpanProcessor(exporter), env={})
+    hits = _hits(counter)
+    per_hit = counter.count(hits[0].text)
+    builder = PromptBuilder(counter, provider, context_token_budget=2 * per_hit + 1)
+    kept, tokens = builder.fit(hits)
+    assert [h.score for h in kept] == [0.9, 0.7]
+    assert tokens <= 2 * per_hit + 1
+
+    conversation = [{"role": "user", "content": "what?"}]
+    prompt = asyncio.run(builder.render(conversation, hits))
+    assert (prompt.kept, prompt.dropped) == (2, 1)
+    system = prompt.messages[0]["content"]
+    assert "alpha" in system
+    assert "beta" in system
+    assert "gamma" not in system
+    assert system.index("alpha") < system.index("beta")
+    assert prompt.messages[1:] == conversation
+    assert prompt.input_tokens == builder.count_messages(prompt.messages)
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "prompt.render"
+    assert (span.attributes or {})["prompt.documents.dropped"] == 1
+    assert (span.attributes or {})["gen_ai.usage.input_tokens"] == prompt.input_tokens
+    provider.shutdown()
+
+
+def test_template_directory_overrides_the_shipped_default(
+    counter: TokenCounter, tmp_path: Path
+) -> None:
+    (tmp_path / "rag.j2").write_text("CUSTOM {{ documents | length }} docs")
+    provider = build_tracer_provider(
+        "t", processor=SimpleSpanProcessor(InMemorySpanExporter()), env={}
+    )
+    builder = PromptBuilder(counter, provider, templates_dir=tmp_path)
+    prompt = asyncio.run(builder.render([{"role": "user", "content": "q"}], _hits(counter)))
+    assert prompt.messages[0]["content"] == "CUSTOM 3 docs"
+    with pytest.raises(Exception, match=r"missing\.j2"):
+        PromptBuilder(counter, provider, template="missing.j2")
+    provider.shutdown()

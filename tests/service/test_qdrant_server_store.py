@@ -1,0 +1,75 @@
+"""The `QDRANT_URL` path: `qdrant-client` calls, checked without a Qdrant server.
+
+No server can run here, so the same store code drives qdrant-client's own local mode (its
+exact-search engine behind the identical client API), and an unreachable URL must fail
+with a `StoreUnavailable` that names the call.
+"""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from qdrant_client import QdrantClient
+
+from service.assembly import build_store
+from service.embedding import SentenceTransformerEmbedder
+from service.faults import FaultPlan
+from service.ingest import Document, ingest
+from service.retrieval import Retriever
+from service.settings import Settings
+from service.telemetry import build_tracer_provider
+from service.vectorstore import EdgeStore, QdrantServerStore, StoreUnavailable
+
+
+@pytest.mark.filterwarnings("ignore:Local mode performs exact:UserWarning")
+def test_qdrant_client_store_round_trip_and_client_query_span(
+    embedder: SentenceTransformerEmbedder,
+) -> None:
+    store = QdrantServerStore(
+        QdrantClient(location=":memory:"), collection="docs", dimension=embedder.dimension
+    )
+    assert not store.exists()
+    docs = [Document("x.md", "x", "Qdrant stores vectors."), Document("y.md", "y", "Cats nap.")]
+    ingest(docs, embedder, store)
+    ingest(docs, embedder, store)
+    assert store.exists()
+    assert store.count() == 2
+
+    exporter = InMemorySpanExporter()
+    provider = build_tracer_provider("t", processor=SimpleSpanProcessor(exporter), env={})
+    retriever = Retriever(embedder, store, provider, top_k=1, hnsw_ef=32)
+    import anyio
+
+    hits = anyio.run(retriever.retrieve, "where are vectors kept?", FaultPlan())
+    assert [h.source for h in hits] == ["x.md"]
+    query_span = next(s for s in exporter.get_finished_spans() if s.name == "query docs")
+    # Against a server the query crosses the network: a CLIENT span.
+    assert query_span.kind is SpanKind.CLIENT
+    assert (query_span.attributes or {})["db.query.hnsw_ef"] == 32
+    store.close()
+    provider.shutdown()
+
+
+def test_unreachable_qdrant_server_is_store_unavailable() -> None:
+    settings = Settings(
+        _env_file=None, qdrant_url="http://127.0.0.1:9", qdrant_check_compatibility=False
+    )
+    store = build_store(settings, 384)
+    assert isinstance(store, QdrantServerStore)
+    with pytest.raises(StoreUnavailable, match="collection_exists"):
+        store.exists()
+    with pytest.raises(StoreUnavailable, match="query_points"):
+        store.query([0.0] * 384, limit=5, hnsw_ef=64)
+    store.close()
+
+
+def test_default_store_is_qdrant_edge_under_the_data_dir(tmp_path: object) -> None:
+    settings = Settings(_env_file=None, data_dir=tmp_path)
+    store = build_store(settings, 384)
+    assert isinstance(store, EdgeStore)
+    assert not store.remote
+    assert not store.exists()
+    with pytest.raises(StoreUnavailable, match="spanbudget ingest"):
+        store.query([0.0] * 384, limit=5, hnsw_ef=64)
