@@ -9,7 +9,7 @@ every instant of the window to exactly one node.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from collector.semconv import (
@@ -20,7 +20,7 @@ from collector.semconv import (
 )
 from collector.spans import AttrValue, Span, SpanKind
 
-__all__ = ["Node", "Tree", "assemble", "attribute_window"]
+__all__ = ["Classifier", "Node", "Tree", "assemble", "attribute_window"]
 
 _NS_PER_S = 1_000_000_000
 
@@ -48,6 +48,9 @@ class Node:
     stage: str | None = None
     self_ns: int = 0  # exclusive time on the critical path, set by attribute_window
     on_path: bool = False  # the critical path passes through it, set by attribute_window
+
+
+Classifier = Callable[["Node", bool], "str | None"]  # (node, is_root) -> its own stage
 
 
 @dataclass(slots=True)
@@ -118,8 +121,12 @@ def _expand_vllm(node: Node) -> None:
             )
 
 
-def assemble(spans: Sequence[Span]) -> Tree | None:
-    """Build the tree of one trace; None for an empty list."""
+def assemble(spans: Sequence[Span], classify: Classifier | None = None) -> Tree | None:
+    """Build the tree of one trace; None for an empty list.
+
+    With `classify`, every node also gets its stage on the way (DESIGN §5 rule 4): its own,
+    `classify(node, is_root)`, or else its parent's.
+    """
     by_id: dict[str, Span] = {}
     for span in spans:
         by_id.setdefault(span.span_id, span)  # duplicates count once
@@ -139,6 +146,8 @@ def assemble(spans: Sequence[Span]) -> Tree | None:
         root_span = min(by_id.values(), key=lambda s: (s.start_ns, -s.end_ns, s.span_id))
     adopted = [s for s in parentless if s is not root_span]
     root = _node(root_span, 0, 0, None)
+    if classify is not None:
+        root.stage = classify(root, True)
     nodes = [root]
     skew = 0
     visited = {root_span.span_id}
@@ -164,12 +173,19 @@ def assemble(spans: Sequence[Span]) -> Tree | None:
                 node.end += shift
                 offset += shift
                 skew += abs(shift)
+            if classify is not None:
+                node.stage = classify(node, False) or parent.stage
             parent.children.append(node)
             nodes.append(node)
             if node.name == VLLM_REQUEST_SPAN:
                 _expand_vllm(node)
-                nodes.extend(node.children)
+                for phase in node.children:
+                    if classify is not None:
+                        phase.stage = classify(phase, False) or node.stage
+                    nodes.append(phase)
             push_children(node, children.get(span.span_id, []), offset)
+        if len(visited) == len(by_id):
+            break
         # Spans caught in a parent cycle are unreachable from the root: adopt them too.
         stray = [s for s in by_id.values() if s.span_id not in visited]
         if not stray:

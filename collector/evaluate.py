@@ -36,15 +36,21 @@ class Evaluator:
         # Only these attributes can change a span's stage; together with the span's name,
         # kind, service and root-ness they decide it, so the decision is memoised on them.
         self._keys = sorted({key for _, sel in self._flat for key in sel.attributes})
+        self._stage_names = budget.stage_names()
         self._memo: dict[tuple[object, ...], str | None] = {}
 
     def evaluate(self, spans: Sequence[Span], *, evaluated_at: datetime) -> Verdict | None:
         """The verdict of one trace, or None when no span matches any stage (not judged)."""
-        tree = assemble(spans)
-        if tree is None:
-            return None
-        matched = self._resolve_stages(tree)
-        if not matched:
+        matched: set[str] = set()
+
+        def classify(node: Node, is_root: bool) -> str | None:
+            stage = self.stage_of(node, is_root=is_root)
+            if stage is not None:
+                matched.add(stage)
+            return stage
+
+        tree = assemble(spans, classify)
+        if tree is None or not matched:
             return None
         return self._judge(spans[0].trace_id, tree, matched, evaluated_at)
 
@@ -76,19 +82,6 @@ class Evaluator:
         self._memo[key] = stage
         return stage
 
-    def _resolve_stages(self, tree: Tree) -> set[str]:
-        """Set every node's stage (own match, else nearest ancestor's); return matched stages."""
-        matched: set[str] = set()
-        stack: list[tuple[Node, str | None]] = [(tree.root, None)]
-        while stack:
-            node, inherited = stack.pop()
-            own = self.stage_of(node, is_root=node is tree.root)
-            if own is not None:
-                matched.add(own)
-            node.stage = own or inherited
-            stack.extend((child, node.stage) for child in node.children)
-        return matched
-
     def _judge(
         self, trace_id: str, tree: Tree, matched: set[str], evaluated_at: datetime
     ) -> Verdict:
@@ -98,7 +91,7 @@ class Evaluator:
         window_end = first_token if first_token is not None else root.end
         uncovered = attribute_window(tree, root.start, window_end)
 
-        stage_ns = dict.fromkeys(budget.stage_names(), 0)
+        stage_ns = dict.fromkeys(self._stage_names, 0)
         breakdown_ns: dict[str, dict[str, int]] = {name: {} for name in stage_ns}
         unattributed = uncovered
         for node in tree.nodes:

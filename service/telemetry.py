@@ -32,6 +32,7 @@ def build_tracer_provider(
     *,
     exporter: SpanExporter | None = None,
     processor: SpanProcessor | None = None,
+    resource_attributes: Mapping[str, str | int] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> TracerProvider:
     """Build (never install globally) a tracer provider for one process.
@@ -39,10 +40,11 @@ def build_tracer_provider(
     `service_name` is the default; `OTEL_SERVICE_NAME` wins over it, as the SDK specifies.
     With neither `exporter` nor `processor`, spans go over OTLP http/protobuf through a
     batch processor. Pass `processor` (for example a `SimpleSpanProcessor` around an
-    in-memory exporter) to take full control in tests.
+    in-memory exporter) to take full control in tests. `resource_attributes` add to the
+    resource (`OTEL_RESOURCE_ATTRIBUTES` still applies).
     """
     env = os.environ if env is None else env
-    attributes: dict[str, str] = {}
+    attributes: dict[str, str | int] = dict(resource_attributes or {})
     if not env.get("OTEL_SERVICE_NAME"):
         attributes[SERVICE_NAME] = service_name
     provider = TracerProvider(resource=Resource.create(attributes))

@@ -58,7 +58,9 @@ def demo(
     budget: Annotated[Path, typer.Option(help="The allocation table.")] = Path("budget.yaml"),
     rate: Annotated[float, typer.Option(help="Nominal requests per second.")] = 2.0,
     burst_rate: Annotated[float, typer.Option(help="Requests per second in the burst.")] = 12.0,
-    preset: Annotated[str | None, typer.Option(help="Engine emulator preset.")] = None,
+    preset: Annotated[
+        str, typer.Option(help="Engine emulator preset (spanbudget engine --list-presets).")
+    ] = "qwen3-8b-a100",
     gateway_listen: Annotated[str, typer.Option(help="Gateway host:port.")] = "127.0.0.1:8080",
     engine_listen: Annotated[str, typer.Option(help="Engine host:port.")] = "127.0.0.1:8000",
     collector_listen: Annotated[str, typer.Option(help="Collector host:port.")] = "127.0.0.1:4318",

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
+
+from tests.servers import ServerThread
 
 
 @dataclass
@@ -70,19 +70,6 @@ def sse_app(stall: Stall, chunks: int = 4) -> Starlette:
 
 @contextmanager
 def serve(app: Starlette) -> Iterator[str]:
-    """Run `app` with uvicorn on an ephemeral 127.0.0.1 port in a thread; yield its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("test server did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    """Run `app` on an ephemeral 127.0.0.1 port in a thread; yield its base URL."""
+    with ServerThread(app) as server:
+        yield server.url

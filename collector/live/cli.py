@@ -137,18 +137,7 @@ def run(settings: Any) -> int:
         retention_seconds=settings.retention_seconds,
         retention_count=settings.retention_count,
     )
-    forwarder = None
-    if settings.forward_traces_url is not None:
-        forwarder = Forwarder(
-            settings.forward_traces_url,
-            metrics,
-            max_queue_spans=settings.forward_queue_spans,
-            batch_spans=settings.forward_batch_spans,
-            timeout=settings.forward_timeout_seconds,
-            backoff=settings.forward_backoff_seconds,
-            backoff_max=settings.forward_backoff_max_seconds,
-            max_elapsed=settings.forward_max_elapsed_seconds,
-        )
+    forwarder = Forwarder.from_settings(settings, metrics)
     host, port = parse_listen(settings.listen)
     alerting = build_alerting(
         loaded.budget,

@@ -19,6 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from collector.live.intake import Origin
 from collector.live.metrics import CollectorMetrics
+from collector.live.settings import CollectorSettings
 from collector.semconv import (
     BUDGET_BLAME,
     BUDGET_NAME,
@@ -104,6 +105,25 @@ class Forwarder:
     is retried (exponential backoff with jitter, `Retry-After` honoured) until it is
     delivered, refused with a non-retryable status, or `max_elapsed` passes.
     """
+
+    @classmethod
+    def from_settings(
+        cls, settings: CollectorSettings, metrics: CollectorMetrics, *, timeout: float | None = None
+    ) -> Forwarder | None:
+        """The forwarder `settings` ask for, or None when there is no `--forward-otlp`."""
+        url = settings.forward_traces_url
+        if url is None:
+            return None
+        return cls(
+            url,
+            metrics,
+            max_queue_spans=settings.forward_queue_spans,
+            batch_spans=settings.forward_batch_spans,
+            timeout=settings.forward_timeout_seconds if timeout is None else timeout,
+            backoff=settings.forward_backoff_seconds,
+            backoff_max=settings.forward_backoff_max_seconds,
+            max_elapsed=settings.forward_max_elapsed_seconds,
+        )
 
     def __init__(
         self,

@@ -42,8 +42,9 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
         f"budget {budget['name']}",
         box=box.SIMPLE_HEAD,
     )
-    for column in ("stage", "target", "limit", "p50", "p90", "p95", "p99", "max", "> limit"):
-        table.add_column(column, justify="left" if column == "stage" else "right")
+    for column in ("stage ms", "target", "limit", "p50", "p90", "p95", "p99", "max", ">limit"):
+        left = column == "stage ms"
+        table.add_column(column, justify="left" if left else "right", no_wrap=left)
     for stage in report["stages"]:
         share = stage["share_over_limit"]
         table.add_row(
@@ -54,7 +55,7 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
             Text(f"{share:.1%}", style="bold red" if share > 1 - budget["slo_objective"] else ""),
         )
     table.add_row(
-        Text("TTFT (trace)", style="bold"),
+        Text("TTFT", style="bold"),
         f"{total['target_ms']:g}",
         f"{total['limit_ms']:g}",
         *_percentile_cells(report["ttft_ms"], total["target_ms"], total["limit_ms"]),
@@ -62,10 +63,10 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
         end_section=True,
     )
     for label, key in (
-        ("client TTFT, from send", "client_ttft_ms"),
-        ("client TTFT, from schedule", "client_ttft_sched_ms"),
-        ("inter-token latency", "itl_ms"),
-        ("request total", "total_ms"),
+        ("client TTFT", "client_ttft_ms"),
+        ("  from schedule", "client_ttft_sched_ms"),
+        ("inter-token", "itl_ms"),
+        ("request", "total_ms"),
     ):
         table.add_row(label, "", "", *_percentile_cells(report[key], 1e12, 1e12), "")
     console.print(table)

@@ -218,7 +218,7 @@ class LoadTest:
             work = asyncio.create_task(
                 run_requests(requests, settings, tracer, on_record=on_record, progress=counters)
             )
-            while not work.done():
+            while True:
                 bar.update(
                     task,
                     completed=counters.finished,
@@ -226,12 +226,6 @@ class LoadTest:
                     errors=counters.errors,
                     p95=p95(),
                 )
+                if work.done():
+                    return work.result()
                 await asyncio.wait({work}, timeout=0.25)
-            bar.update(
-                task,
-                completed=counters.finished,
-                sent=counters.sent,
-                errors=counters.errors,
-                p95=p95(),
-            )
-            return work.result()

@@ -36,6 +36,22 @@ class Progress:
     send_lag_ms: float = 0.0  # worst lag of an actual send behind its schedule so far
 
 
+_SPIN_S = 0.0015
+
+
+async def _sleep_until(due: float) -> None:
+    """Sleep to `due` (perf_counter time) within a fraction of a millisecond.
+
+    The event loop's timers wake up to a millisecond late (epoll rounds timeouts up), so
+    sleep to just short of the mark, then yield to other tasks until it is reached.
+    """
+    delay = due - time.perf_counter()
+    if delay > _SPIN_S:
+        await asyncio.sleep(delay - _SPIN_S)
+    while time.perf_counter() < due:
+        await asyncio.sleep(0)
+
+
 async def run_requests(
     requests: Sequence[ChatRequest],
     settings: RunSettings,
@@ -81,9 +97,8 @@ async def run_requests(
 
         tasks: list[asyncio.Task[None]] = []
         for request in sorted(requests, key=lambda r: r.scheduled_s):
-            delay = start + request.scheduled_s - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            due = start + request.scheduled_s
+            await _sleep_until(due)
             tasks.append(asyncio.create_task(one(request)))
         await asyncio.gather(*tasks)
     records.sort(key=lambda r: r.index)

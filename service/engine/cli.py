@@ -5,6 +5,7 @@ A thin layer: flags become `EngineSettings`, which build the runtime, served by 
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any
 
 import typer
@@ -170,7 +171,14 @@ def _serve(settings: Any, preset: Any, host: str, port: int) -> None:
     from service.tokens import load_tokenizer
 
     log = logging.getLogger("spanbudget.engine")
-    provider = build_tracer_provider("vllm")
+    # vLLM's own resource attributes, so the emulator's spans look like vLLM's.
+    provider = build_tracer_provider(
+        "vllm",
+        resource_attributes={
+            "vllm.instrumenting_module_name": "vllm.llm_engine",
+            "vllm.process_id": os.getpid(),
+        },
+    )
     planner = OutputPlanner(
         load_tokenizer(settings.tokenizer),
         seed=settings.seed,

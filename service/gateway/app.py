@@ -17,11 +17,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
+from prometheus_client.exposition import choose_encoder
 from starlette.types import Receive, Scope, Send
 
 from service import semconv as sc
 from service.faults import DELAY_HEADER, FaultPlan
 from service.gateway.auth import Authenticator, AuthError
+from service.gateway.metrics import GatewayMetrics, MetricsMiddleware
 from service.gateway.ratelimit import TokenBucketLimiter
 from service.gateway.schemas import ChatRequest, GatewayError, error_body, parse_chat_request
 from service.llm_client import ChatStream, LLMClient, UpstreamError
@@ -170,6 +172,7 @@ def create_app(
     *,
     authenticator: Authenticator | None = None,
     rate_limiter: TokenBucketLimiter | None = None,
+    metrics: GatewayMetrics | None = None,
     close_llm_client: bool = True,
 ) -> FastAPI:
     """Build the gateway. `close_llm_client` closes the pooled client at shutdown."""
@@ -184,6 +187,7 @@ def create_app(
         settings.rate_limit_per_second, settings.rate_limit_burst
     )
     tracer = tracer_provider.get_tracer("service.gateway")
+    metrics = metrics or GatewayMetrics()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -202,6 +206,11 @@ def create_app(
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def prometheus_metrics(request: Request) -> Response:
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(metrics.registry), media_type=content_type)
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
@@ -293,6 +302,7 @@ def create_app(
         app,
         tracer_provider=tracer_provider,
         exclude_spans=["send", "receive"],
-        excluded_urls="/healthz,/readyz",
+        excluded_urls="/healthz,/readyz,/metrics",
     )
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -12,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 from google.protobuf import json_format
 from opentelemetry import trace as trace_api
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -31,6 +28,7 @@ from collector.live.pipeline import Pipeline, VerdictListener
 from collector.live.settings import CollectorSettings
 from collector.live.store import VerdictStore
 from collector.spans import AttrValue, Span, SpanKind
+from tests.servers import ServerThread
 
 REPO = Path(__file__).resolve().parents[2]
 BUDGET = REPO / "budget.yaml"
@@ -41,41 +39,6 @@ _SDK_KINDS = {
     SpanKind.PRODUCER: trace_api.SpanKind.PRODUCER,
     SpanKind.CONSUMER: trace_api.SpanKind.CONSUMER,
 }
-
-
-class ServerThread:
-    """An ASGI app under uvicorn in a thread, on 127.0.0.1 (a given port, or a free one)."""
-
-    def __init__(self, app: Any, port: int = 0) -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", port))
-        self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(
-            app, log_level="critical", lifespan="off", ws="none", timeout_graceful_shutdown=2
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> ServerThread:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-        self._sock.close()
 
 
 class Collector:
@@ -134,18 +97,7 @@ def running_collector(
         retention_seconds=settings.retention_seconds,
         retention_count=settings.retention_count,
     )
-    forwarder = None
-    if settings.forward_traces_url is not None:
-        forwarder = Forwarder(
-            settings.forward_traces_url,
-            metrics,
-            max_queue_spans=settings.forward_queue_spans,
-            batch_spans=settings.forward_batch_spans,
-            timeout=2.0,
-            backoff=settings.forward_backoff_seconds,
-            backoff_max=settings.forward_backoff_max_seconds,
-            max_elapsed=settings.forward_max_elapsed_seconds,
-        )
+    forwarder = Forwarder.from_settings(settings, metrics, timeout=2.0)
     pipeline = Pipeline(
         settings,
         load_budget(settings.budget_path).budget,

@@ -23,7 +23,8 @@ from service.settings import Settings
 from service.telemetry import build_tracer_provider
 from service.tokens import TokenCounter, load_tokenizer
 from service.vectorstore import EdgeStore
-from tests.service.upstream import FakeLLM, ServerThread
+from tests.servers import ServerThread
+from tests.service.upstream import FakeLLM
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -98,7 +99,7 @@ def fake_llm() -> FakeLLM:
 
 @pytest.fixture(scope="session")
 def upstream(fake_llm: FakeLLM) -> Iterator[ServerThread]:
-    with ServerThread(fake_llm) as server:
+    with ServerThread(fake_llm, lifespan="on") as server:
         yield server
 
 

@@ -11,8 +11,9 @@ import jwt
 import pytest
 from opentelemetry.trace import StatusCode
 
+from tests.servers import ServerThread
 from tests.service.conftest import GatewayFactory, by_name, chat_body
-from tests.service.upstream import FakeLLM, ServerThread
+from tests.service.upstream import FakeLLM
 
 pytestmark = pytest.mark.anyio
 
@@ -183,7 +184,7 @@ async def test_client_disconnect_cancels_upstream_and_ends_every_span(
     make_gateway: GatewayFactory, fake_llm: FakeLLM
 ) -> None:
     gateway = make_gateway()
-    with ServerThread(gateway.app) as server:
+    with ServerThread(gateway.app, lifespan="on") as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
             body = {**chat_body(stream=True), "model": "slow"}
             async with client.stream("POST", URL, json=body) as response:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import openai
 import pytest
 
+from tests.servers import ServerThread
 from tests.service.conftest import GatewayFactory, by_name
-from tests.service.upstream import ANSWER, FakeLLM, ServerThread
+from tests.service.upstream import ANSWER, FakeLLM
 
 pytestmark = pytest.mark.anyio
 
@@ -15,7 +16,7 @@ async def test_openai_client_streams_from_the_gateway(
     make_gateway: GatewayFactory, fake_llm: FakeLLM
 ) -> None:
     gateway = make_gateway(api_keys="sk-test-key")
-    with ServerThread(gateway.app) as server:
+    with ServerThread(gateway.app, lifespan="on") as server:
         client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="sk-test-key")
         async with client:
             models = await client.models.list()
