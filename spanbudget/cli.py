@@ -57,10 +57,10 @@ def demo(
     data_dir: Annotated[Path, typer.Option(help="Qdrant shard, verdicts, logs.")] = Path("data"),
     budget: Annotated[Path, typer.Option(help="The allocation table.")] = Path("budget.yaml"),
     rate: Annotated[float, typer.Option(help="Nominal requests per second.")] = 2.0,
-    burst_rate: Annotated[float, typer.Option(help="Requests per second in the burst.")] = 12.0,
+    burst_rate: Annotated[float, typer.Option(help="Requests per second in the burst.")] = 16.0,
     preset: Annotated[
         str, typer.Option(help="Engine emulator preset (spanbudget engine --list-presets).")
-    ] = "qwen3-8b-a100",
+    ] = "qwen3-8b-h100",
     gateway_listen: Annotated[str, typer.Option(help="Gateway host:port.")] = "127.0.0.1:8080",
     engine_listen: Annotated[str, typer.Option(help="Engine host:port.")] = "127.0.0.1:8000",
     collector_listen: Annotated[str, typer.Option(help="Collector host:port.")] = "127.0.0.1:4318",

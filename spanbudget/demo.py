@@ -42,11 +42,11 @@ class DemoSettings:
     gateway: str = "127.0.0.1:8080"
     engine: str = "127.0.0.1:8000"
     collector: str = "127.0.0.1:4318"
-    # An A100 prefills a 500-token prompt in about 55 ms (see `spanbudget engine
-    # --list-presets`): nominal load fits the 100 ms prefill target, a burst queues past it.
-    preset: str | None = "qwen3-8b-a100"
+    # One H100 (see `spanbudget engine --list-presets`): the nominal rate fits the 100 ms
+    # prefill target; the burst keeps it busy enough to queue past the 120 ms limit.
+    preset: str | None = "qwen3-8b-h100"
     nominal_rate: float = 2.0
-    burst_rate: float = 12.0
+    burst_rate: float = 16.0
     burst_share: float = 0.3  # of the duration
     decision_wait: str = "1s"
     startup_timeout_s: float = 180.0

@@ -4,13 +4,17 @@ processes, driven by the real load tester and by `spanbudget demo --exit`."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -61,7 +65,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         check=True,
         timeout=300,
         capture_output=True,
-        env={**dict(__import__("os").environ), **env},
+        env={**os.environ, **env},
         cwd=REPO,
     )
     ports = {name: free_port() for name in ("collector", "engine", "gateway")}
@@ -175,27 +179,40 @@ def test_small_load_test_joins_a_verdict_to_every_request(stack: Stack, tmp_path
     assert "retrieval" in again.stdout
 
 
-def test_demo_exit_from_a_fresh_state(tmp_path: Path) -> None:
+def demo_command(data: Path, out: Path, ports: list[int], *extra: str) -> list[str]:
+    return spanbudget(
+        "demo",
+        *extra,
+        "--data-dir",
+        str(data),
+        "--out",
+        str(out),
+        "--gateway-listen",
+        f"127.0.0.1:{ports[0]}",
+        "--engine-listen",
+        f"127.0.0.1:{ports[1]}",
+        "--collector-listen",
+        f"127.0.0.1:{ports[2]}",
+    )
+
+
+def assert_closed(ports: list[int]) -> None:
+    for port in ports:
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still open"
+
+
+@pytest.fixture(scope="module")
+def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("demo") / "data"
+
+
+def test_demo_exit_from_a_fresh_state(demo_data: Path, tmp_path: Path) -> None:
     """`spanbudget demo --exit` on an empty data dir: ingest, start, load, report, stop."""
     out = tmp_path / "run"
     ports = [free_port() for _ in range(3)]
     result = subprocess.run(
-        spanbudget(
-            "demo",
-            "--exit",
-            "--duration",
-            "12s",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--out",
-            str(out),
-            "--gateway-listen",
-            f"127.0.0.1:{ports[0]}",
-            "--engine-listen",
-            f"127.0.0.1:{ports[1]}",
-            "--collector-listen",
-            f"127.0.0.1:{ports[2]}",
-        ),
+        demo_command(demo_data, out, ports, "--exit", "--duration", "12s"),
         capture_output=True,
         text=True,
         timeout=900,
@@ -206,7 +223,37 @@ def test_demo_exit_from_a_fresh_state(tmp_path: Path) -> None:
     assert [p["name"] for p in report["phases"]] == ["nominal", "burst"]
     assert report["verdicts"]["missing"] == 0
     assert "web UI" in result.stdout
-    # No child outlives the demo.
-    for port in ports:
-        with socket.socket() as sock:
-            assert sock.connect_ex(("127.0.0.1", port)) != 0
+    assert "first run: ingesting the default corpus" in result.stdout
+    assert_closed(ports)  # no child outlives the demo
+
+
+def test_demo_stays_up_until_sigterm_then_stops_its_children(
+    demo_data: Path, tmp_path: Path
+) -> None:
+    """Without --exit the stack stays up after the report; SIGTERM stops every child."""
+    ports = [free_port() for _ in range(3)]
+    log = tmp_path / "demo.log"
+    with log.open("w") as output:
+        demo = subprocess.Popen(
+            demo_command(demo_data, tmp_path / "run", ports, "--duration", "4s"),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while "the stack stays up" not in log.read_text():
+            assert demo.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        # Still serving after the report: the collector answers its API.
+        health = httpx.get(f"http://127.0.0.1:{ports[2]}/healthz", timeout=5)
+        assert health.status_code == 200
+        demo.send_signal(signal.SIGTERM)
+        assert demo.wait(timeout=60) == 0
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert "stopping" in log.read_text()
+    assert "first run" not in log.read_text()  # the corpus from the first run was kept
+    assert_closed(ports)
