@@ -73,7 +73,9 @@ def main() -> None:
     def attribution_only(trace: list[Span]) -> object:
         tree = assemble(trace)
         assert tree is not None
-        return attribute_window(tree, tree.root.start, tree.root.end)
+        uncovered = attribute_window(tree, tree.root.start, tree.root.end)
+        tree.release()
+        return uncovered
 
     rows = [
         ("evaluate (long-lived Evaluator)", per_trace_us(full, traces, args.repeat)),

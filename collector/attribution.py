@@ -59,6 +59,15 @@ class Tree:
     nodes: list[Node]  # depth-first, parents before children
     skew_ns: int  # total absolute shift applied to remote children
 
+    def release(self) -> None:
+        """Drop the parent links, the tree's only reference cycles.
+
+        Without them a finished tree is freed at once by reference counting instead of
+        waiting for the cycle collector, which matters at thousands of traces a second.
+        """
+        for node in self.nodes:
+            node.parent = None
+
 
 def _node(span: Span, offset: int, depth: int, parent: Node | None) -> Node:
     return Node(

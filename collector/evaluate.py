@@ -50,9 +50,14 @@ class Evaluator:
             return stage
 
         tree = assemble(spans, classify)
-        if tree is None or not matched:
+        if tree is None:
             return None
-        return self._judge(spans[0].trace_id, tree, matched, evaluated_at)
+        try:
+            if not matched:
+                return None
+            return self._judge(spans[0].trace_id, tree, matched, evaluated_at)
+        finally:
+            tree.release()
 
     def stage_of(self, node: Node, *, is_root: bool) -> str | None:
         """The first stage (file order) with a selector that matches, else None."""
