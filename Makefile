@@ -32,8 +32,14 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest
 
+# Every benchmark in turn; each prints its own table (a few minutes in all).
 bench: $(STAMP)
 	$(BIN)/python bench/evaluate.py
+	$(BIN)/python bench/readers.py
+	$(BIN)/python bench/collector.py
+	$(BIN)/python bench/loadgen.py
+	$(BIN)/python bench/gateway.py
+	$(BIN)/python bench/engine.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -13,18 +13,21 @@ PERCENTILES = (50, 90, 95, 99)
 def percentile(sorted_values: Sequence[float], q: float) -> float:
     """The q-th percentile (0..100) of ascending values, interpolated linearly between ranks.
 
-    The same definition as numpy's default (`method="linear"`): rank `(n - 1) * q / 100`.
+    The same definition and arithmetic as numpy's default (`method="linear"`), so results
+    match it bit for bit: rank `(n - 1) * (q / 100)`, then numpy's `_lerp`.
     Raises ValueError on an empty sequence.
     """
     if not sorted_values:
         raise ValueError("percentile of no values")
     if not 0 <= q <= 100:
         raise ValueError(f"percentile must be within 0..100, got {q}")
-    rank = (len(sorted_values) - 1) * q / 100
+    rank = (len(sorted_values) - 1) * (q / 100)
     low = math.floor(rank)
     high = min(low + 1, len(sorted_values) - 1)
-    fraction = rank - low
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
+    gamma = rank - low
+    a, b = sorted_values[low], sorted_values[high]
+    diff = b - a
+    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float] | None:

@@ -3,6 +3,8 @@ by the CLI, the benchmark and the tests so that each builds the same object grap
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import httpx
 from fastapi import FastAPI
 from opentelemetry.trace import TracerProvider
@@ -53,8 +55,9 @@ def build_gateway(
     store: VectorStore,
     counter: TokenCounter,
     llm_transport: httpx.AsyncBaseTransport | None = None,
+    on_shutdown: Sequence[Callable[[], None]] = (),
 ) -> FastAPI:
-    """The gateway app; it closes its LLM client at shutdown, the caller closes the store."""
+    """The gateway app; it closes its LLM client at shutdown, then runs `on_shutdown`."""
     retriever = Retriever(
         embedder, store, tracer_provider, top_k=settings.top_k, hnsw_ef=settings.hnsw_ef
     )
@@ -74,4 +77,6 @@ def build_gateway(
         max_connections=settings.llm_max_connections,
         transport=llm_transport,
     )
-    return create_app(settings, tracer_provider, retriever, prompt_builder, llm_client)
+    return create_app(
+        settings, tracer_provider, retriever, prompt_builder, llm_client, on_shutdown=on_shutdown
+    )

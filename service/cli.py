@@ -67,6 +67,9 @@ def serve(
             embedder=embedder,
             store=store,
             counter=load_tokenizer(settings.tokenizer),
+            # Uvicorn re-raises SIGTERM after the lifespan ends, killing the process before
+            # the `finally` below: close and flush from the lifespan instead.
+            on_shutdown=(store.close, provider.shutdown),
         )
         host, port = settings.host_port
         logging.getLogger("service.cli").info(

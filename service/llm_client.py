@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, SSEError
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+from opentelemetry.instrumentation.utils import suppress_http_instrumentation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider, use_span
 
 from service import semconv as sc
@@ -74,6 +75,11 @@ class ChatStream:
     @property
     def output_tokens(self) -> int | None:
         return self._summary.output_tokens
+
+    @property
+    def finished(self) -> bool:
+        """True once `finish()` has run: the response is closed and the span has ended."""
+        return self._ended
 
     @property
     def finish_reasons(self) -> list[str]:
@@ -220,7 +226,11 @@ class LLMClient:
             self._fail(span, "cancelled before the upstream answered", "cancelled")
             raise
         if response.status_code != 200:
-            detail = await _error_detail(response)
+            try:
+                detail = await _error_detail(response)
+            except BaseException:
+                self._fail(span, "cancelled while reading the upstream error", "cancelled")
+                raise
             self._fail(span, f"upstream answered {response.status_code}", str(response.status_code))
             raise UpstreamError(
                 f"LLM server answered {response.status_code}: {detail}",
@@ -231,7 +241,9 @@ class LLMClient:
     async def list_models(self) -> list[dict[str, Any]]:
         """The upstream's `/models` list; `UpstreamError` when it cannot be had."""
         try:
-            response = await self._client.get("models", timeout=5.0)
+            # Untraced, like the gateway's own /v1/models: a lone CLIENT span would be judged.
+            with suppress_http_instrumentation():
+                response = await self._client.get("models", timeout=5.0)
             response.raise_for_status()
             data = response.json().get("data")
         except (httpx.HTTPError, ValueError, AttributeError) as exc:

@@ -70,6 +70,8 @@ def demo(
     No Docker, no GPU. Ingests the default corpus on first run, sends a nominal load that
     fits the budget and then a burst that makes the engine queue, prints the per-stage
     report, and stays up until Ctrl-C (or stops after the report with --exit).
+    Exit 0 once the report is made (the burst is meant to break the budget), 2 when the
+    stack or the run failed.
 
     Example:
 
@@ -80,8 +82,13 @@ def demo(
     from collector.durations import parse_duration
     from spanbudget.demo import DemoSettings, run_demo
 
+    try:
+        duration_s = parse_duration(duration)
+    except ValueError as exc:
+        typer.echo(f"error: --duration: {exc}", err=True)
+        raise typer.Exit(2) from None
     settings = DemoSettings(
-        duration_s=parse_duration(duration),
+        duration_s=duration_s,
         out=out,
         exit_after=exit_after,
         data_dir=data_dir,

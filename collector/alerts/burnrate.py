@@ -83,7 +83,9 @@ class RollingCounts:
         self._index = {name: i for i, name in enumerate(self.stages)}
 
     def _expire(self, now: float) -> None:
-        oldest = math.floor(now / self.slice_s) - math.ceil(self.window_s / self.slice_s)
+        # Keep the current slice and `buckets` whole slices before it, so that everything
+        # younger than the window is counted: the current slice is only partly elapsed.
+        oldest = math.floor(now / self.slice_s) - math.ceil(self.window_s / self.slice_s) - 1
         while self._slices and self._slices[0][0] <= oldest:
             _, counts = self._slices.popleft()
             for i, count in enumerate(counts):

@@ -74,7 +74,7 @@ class Alert:
         links = []
         for trace_id in self.example_trace_ids:
             if self.ui_url:
-                links.append(f"{self.ui_url.rstrip('/')}/#trace={trace_id}")
+                links.append(f"{self.ui_url.rstrip('/')}/#{trace_id}")
             if self.jaeger_ui:
                 links.append(f"{self.jaeger_ui.rstrip('/')}/trace/{trace_id}")
         return links
@@ -179,10 +179,12 @@ class AlertEngine:
         now = self._clock()
         outgoing: list[Alert] = []
         with self._lock:
+            judged_keys: set[tuple[str, str, str]] = set()
             for stage in self._windows.stages:
                 for severity in dict.fromkeys(rule.severity for rule in self.rules):
                     alert = self._matching(now, stage, severity)
                     key = (self.budget.name, stage, severity)
+                    judged_keys.add(key)
                     current = self._firing.get(key)
                     if alert is not None:
                         if current is None:
@@ -195,6 +197,11 @@ class AlertEngine:
                     elif current is not None:
                         del self._firing[key]
                         outgoing.append(replace(current[0], ends_at=_utc(now)))
+            # A reload renamed the budget or dropped the stage: no rule judges these any
+            # more, so resolve them now rather than leave them firing for ever.
+            for key in [k for k in self._firing if k not in judged_keys]:
+                stale, _ = self._firing.pop(key)
+                outgoing.append(replace(stale, ends_at=_utc(now)))
         for alert in outgoing:
             log.warning(
                 "%s alert %s/%s: %s",

@@ -46,11 +46,17 @@ def collect(
         str | None, typer.Option(help="Jaeger UI base URL, for trace links in alerts.")
     ] = None,
     decision_wait: Annotated[
-        str, typer.Option(help="Quiet time after a trace's last span before judging it.")
-    ] = "2s",
+        str | None,
+        typer.Option(
+            help="Quiet time after a trace's last span before judging it.", show_default="2s"
+        ),
+    ] = None,
     max_trace_age: Annotated[
-        str, typer.Option(help="Judge a trace at this age even if it never completes.")
-    ] = "30s",
+        str | None,
+        typer.Option(
+            help="Judge a trace at this age even if it never completes.", show_default="30s"
+        ),
+    ] = None,
     receiver_token: Annotated[
         str | None,
         typer.Option(
@@ -62,7 +68,9 @@ def collect(
         int | None,
         typer.Option(help="Largest request body, after decompression.", show_default="8 MiB"),
     ] = None,
-    retention: Annotated[str, typer.Option(help="Keep verdicts this long.")] = "7d",
+    retention: Annotated[
+        str | None, typer.Option(help="Keep verdicts this long.", show_default="7d")
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Receive OTLP traces, judge each against the budget, store, export metrics, forward.
@@ -99,9 +107,13 @@ def collect(
         "max_body_bytes": max_body_bytes,
     }
     try:
-        options["decision_wait_seconds"] = parse_duration(decision_wait)
-        options["max_trace_age_seconds"] = parse_duration(max_trace_age)
-        options["retention_seconds"] = parse_duration(retention)
+        # Durations left out stay None, so that SPANBUDGET_COLLECTOR_* (or the default) apply.
+        for key, text in (
+            ("decision_wait_seconds", decision_wait),
+            ("max_trace_age_seconds", max_trace_age),
+            ("retention_seconds", retention),
+        ):
+            options[key] = None if text is None else parse_duration(text)
         settings = CollectorSettings(**{k: v for k, v in options.items() if v is not None})
     except (ValueError, ValidationError) as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -182,12 +194,14 @@ def run(settings: Any) -> int:
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop_signal, lambda _signum, _frame: None)
     log.info(
-        "spanbudget collector listening on http://%s:%d (budget %r from %s, store %s%s)",
+        "spanbudget collector listening on http://%s:%d (budget %r from %s, store %s,"
+        " decision wait %gs%s)",
         host,
         port,
         loaded.budget.name,
         settings.budget_path,
         settings.db_path,
+        settings.decision_wait_seconds,
         f", forwarding to {settings.forward_traces_url}" if forwarder else "",
     )
     try:

@@ -101,6 +101,8 @@ class Pipeline:
     def offer(self, batch: Batch) -> bool:
         """Queue a decoded request for the worker; False when the queue is full or closing."""
         n = len(batch.spans)
+        if n == 0:  # nothing to judge or forward; queued, such requests would escape the bound
+            return True
         with self._cond:
             if self._closing or self._queued_spans + n > self.settings.intake_queue_spans:
                 return False

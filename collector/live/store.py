@@ -7,7 +7,6 @@ every verdict within retention.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
@@ -15,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from collector.semconv import LOADTEST_RUN_ID
+from collector.stats import PERCENTILES, percentile
 from collector.verdict import Status, Verdict
 
 __all__ = ["PERCENTILES", "VerdictStore", "percentile"]
 
-PERCENTILES = (50, 90, 95, 99)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS verdicts (
@@ -46,24 +45,6 @@ CREATE TABLE IF NOT EXISTS stage_results (
 );
 CREATE INDEX IF NOT EXISTS stage_results_seq ON stage_results (seq);
 """
-
-
-def percentile(sorted_values: Sequence[float], p: float) -> float:
-    """The p-th percentile with linear interpolation, computed exactly as numpy's default.
-
-    Index `h = (n - 1) * p / 100` into the sorted values, interpolated between its two
-    neighbours; numpy's `_lerp` arithmetic is copied so that results match bit for bit.
-    """
-    n = len(sorted_values)
-    if n == 0:
-        raise ValueError("percentile of no values")
-    virtual = (n - 1) * (p / 100)
-    lower = math.floor(virtual)
-    upper = min(lower + 1, n - 1)
-    gamma = virtual - lower
-    a, b = sorted_values[lower], sorted_values[upper]
-    diff = b - a
-    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
 
 
 class VerdictStore:

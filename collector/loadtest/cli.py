@@ -120,8 +120,11 @@ def report(
     try:
         data = json.loads((run_dir / REPORT_JSON).read_text())
         rows = read_rows(run_dir / REQUESTS_CSV)
-    except (OSError, ValueError) as exc:
-        raise _fail(f"{run_dir}: not a load-test run folder ({exc})") from None
-    render_terminal(data, Console())
-    (run_dir / "report.html").write_text(render_html(data, rows))
-    raise typer.Exit(0 if data["slo"]["met"] else 1)
+        met = bool(data["slo"]["met"])
+        page = render_html(data, rows)
+        render_terminal(data, Console())
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        # Exit 1 means "breached": a folder that is not a run must not look like one.
+        raise _fail(f"{run_dir}: not a load-test run folder ({exc!r})") from None
+    (run_dir / "report.html").write_text(page)
+    raise typer.Exit(0 if met else 1)

@@ -113,9 +113,12 @@ def build_report(
     for row in judged:
         by_status[row["verdict_status"]] = by_status.get(row["verdict_status"], 0) + 1
     within = len(good) / total if total else 0.0
+    # Like the collector's /api/summary, stage statistics leave out `incomplete` verdicts:
+    # with no first token, their window is the whole request, not the time to first token.
+    timed = [row for row in judged if row["verdict_status"] != "incomplete"]
     stages = []
     for stage in budget.stages:
-        values = _values(judged, f"{stage.name}_ms")
+        values = _values(timed, f"{stage.name}_ms")
         over = sum(1 for v in values if v > stage.limit_ms)
         stages.append(
             {
@@ -168,9 +171,7 @@ def build_report(
                 "ttft_ms": float(row["verdict_ttft_ms"]),
                 "status": row["verdict_status"],
                 "blame": row["blame"].split(),
-                "ui_url": f"{info.ui_url.rstrip('/')}/#trace={row['trace_id']}"
-                if info.ui_url
-                else "",
+                "ui_url": f"{info.ui_url.rstrip('/')}/#{row['trace_id']}" if info.ui_url else "",
                 "jaeger_url": f"{info.jaeger_ui.rstrip('/')}/trace/{row['trace_id']}"
                 if info.jaeger_ui
                 else "",

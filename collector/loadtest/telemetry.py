@@ -18,15 +18,19 @@ LOADTEST_SERVICE = "spanbudget-loadtest"
 def loadtest_tracer_provider(
     collector_url: str, env: Mapping[str, str] | None = None
 ) -> TracerProvider:
-    """Spans to `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` if set, else to `{collector_url}/v1/traces`.
+    """Spans to the OTLP endpoint the `OTEL_EXPORTER_OTLP_*` variables name, else the collector.
+
+    `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is used as is; `OTEL_EXPORTER_OTLP_ENDPOINT` and
+    `collector_url` get `/v1/traces` appended, as the OTLP exporter specification says.
 
     `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` apply as usual.
     """
     env = os.environ if env is None else env
     attributes = {} if env.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: LOADTEST_SERVICE}
     provider = TracerProvider(resource=Resource.create(attributes))
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or (
-        collector_url.rstrip("/") + "/v1/traces"
+        (base or collector_url).rstrip("/") + "/v1/traces"
     )
     provider.add_span_processor(
         BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint), schedule_delay_millis=200)

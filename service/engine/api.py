@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
+from starlette.types import Receive, Scope, Send
 
 from service.engine.faults import DELAY_HEADER, parse_delay_header
 from service.engine.generation import render_chat_prompt
@@ -49,6 +50,24 @@ __all__ = ["StreamDropped", "create_app"]
 
 class StreamDropped(RuntimeError):
     """Raised inside a response body to cut the connection, as an injected fault."""
+
+
+class _TokenStreamResponse(StreamingResponse):
+    """Aborts the request whenever the response ends, even if its body never started.
+
+    A client that leaves before the first chunk is asked for gets the body cancelled before
+    it runs, so the body's own clean-up never happens; vLLM aborts such requests too.
+    """
+
+    def __init__(self, content: AsyncIterator[bytes], stream: RequestStream) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self._stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._stream.abort()
 
 
 class _ApiError(Exception):
@@ -344,4 +363,4 @@ def _streaming(
         finally:
             stream.abort()
 
-    return StreamingResponse(body(), media_type="text/event-stream")
+    return _TokenStreamResponse(body(), stream)

@@ -7,7 +7,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -41,11 +41,21 @@ _CLIENT_GONE = "client disconnected"
 
 
 class _SSEResponse(StreamingResponse):
-    """A streaming response that always closes its body iterator, even when cancelled.
+    """Relays an upstream stream as SSE, and ends it (and its span) on every path.
 
-    Starlette abandons the iterator when the client goes away; closing it here (shielded)
-    runs the generator's clean-up at once, so upstream is cancelled and spans end.
+    Starlette abandons the body iterator when the client goes away; closing it here (shielded)
+    runs the relay's clean-up at once. If the client left before the first chunk was asked
+    for, the relay never ran at all, so the stream is ended here instead.
     """
+
+    def __init__(self, stream: ChatStream, server_span: Span, *, include_usage: bool) -> None:
+        super().__init__(
+            _relay_sse(stream, server_span, include_usage=include_usage),
+            media_type="text/event-stream",
+            headers=_SSE_HEADERS,
+        )
+        self._stream = stream
+        self._server_span = server_span
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -55,6 +65,9 @@ class _SSEResponse(StreamingResponse):
                 aclose = getattr(self.body_iterator, "aclose", None)
                 if aclose is not None:
                     await aclose()
+                if not self._stream.finished:
+                    _mark_failed(self._server_span, "client_disconnected", _CLIENT_GONE)
+                    await self._stream.finish(error=_CLIENT_GONE, error_type="client_disconnected")
 
 
 def _error_response(exc: GatewayError) -> JSONResponse:
@@ -174,8 +187,13 @@ def create_app(
     rate_limiter: TokenBucketLimiter | None = None,
     metrics: GatewayMetrics | None = None,
     close_llm_client: bool = True,
+    on_shutdown: Sequence[Callable[[], None]] = (),
 ) -> FastAPI:
-    """Build the gateway. `close_llm_client` closes the pooled client at shutdown."""
+    """Build the gateway. `close_llm_client` closes the pooled client at shutdown.
+
+    `on_shutdown` runs at the end of the lifespan, for example to close the store and flush
+    spans: uvicorn re-raises SIGTERM once the server is down, so later code may never run.
+    """
     auth = authenticator or Authenticator(
         settings.api_keys,
         jwt_secret=settings.jwt_secret,
@@ -193,9 +211,13 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if not auth.enabled:
             log.warning("authentication is OFF: set SPANBUDGET_API_KEYS to require API keys")
-        yield
-        if close_llm_client:
-            await llm_client.aclose()
+        try:
+            yield
+        finally:
+            if close_llm_client:
+                await llm_client.aclose()
+            for hook in on_shutdown:
+                hook()
 
     app = FastAPI(title="spanbudget RAG gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
 
@@ -291,18 +313,16 @@ def create_app(
             ) from None
 
         if chat.stream:
-            return _SSEResponse(
-                _relay_sse(stream, server_span, include_usage=chat.include_usage),
-                media_type="text/event-stream",
-                headers=_SSE_HEADERS,
-            )
+            return _SSEResponse(stream, server_span, include_usage=chat.include_usage)
         return JSONResponse(await _collect(stream, chat))
 
     FastAPIInstrumentor.instrument_app(
         app,
         tracer_provider=tracer_provider,
         exclude_spans=["send", "receive"],
-        excluded_urls="/healthz,/readyz,/metrics",
+        # Probes and the model listing (load testers call it before a run) are not requests
+        # on the budgeted path: traced, each would be judged as one without a first token.
+        excluded_urls="/healthz,/readyz,/metrics,/v1/models",
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -135,6 +136,15 @@ def test_rolling_counts_forget_old_slices() -> None:
     assert counts.ratio(30.0, "a") == (0.0, 0)
 
 
+def test_rolling_counts_cover_the_whole_window() -> None:
+    # As documented: between `window` and `window + slice` seconds back, never less.
+    counts = RollingCounts(10.0, ["a"], buckets=10)
+    counts.add(0.5, ["a"])
+    assert counts.ratio(10.2, "a") == (1.0, 1)  # 9.7 s old: inside a 10 s window
+    assert counts.ratio(10.99, "a") == (1.0, 1)
+    assert counts.ratio(11.0, "a") == (0.0, 0)  # its whole slice is over 10 s old
+
+
 def test_default_rules_are_the_workbooks() -> None:
     assert [(r.severity, r.factor, r.long_s, r.short_s) for r in DEFAULT_RULES] == [
         ("page", 14.4, 3600, 300),
@@ -142,3 +152,17 @@ def test_default_rules_are_the_workbooks() -> None:
         ("ticket", 1.0, 259200, 21600),
     ]
     assert BurnRule("page", 14.4, 3600, 300).describe() == "14.4x over 1h and 5m"
+
+
+def test_a_reload_that_renames_the_budget_resolves_its_firing_alerts(budget: Budget) -> None:
+    clock, sent = Clock(), []
+    alerts = engine(budget, clock, sent)
+    feed(alerts, clock, verdicts(budget, 40, 1, retrieval=30))
+    firing = {(a.budget, a.stage, a.severity) for a in sent}
+    assert ("rag-ttft", "retrieval", "page") in firing
+    assert not any(a.resolved for a in sent)
+    alerts.set_budget(replace(budget, name="rag-ttft-v2"))  # SIGHUP with a renamed budget
+    clock.now += 1
+    alerts.evaluate()
+    assert {(a.budget, a.stage, a.severity) for a in sent if a.resolved} == firing
+    assert alerts.firing() == []

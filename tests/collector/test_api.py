@@ -117,6 +117,12 @@ def test_verdict_listing_and_filters(collector: Collector) -> None:
     assert [v["trace_id"] for v in blamed] == [f"{1:032x}"]
     assert len(client.get("/api/verdicts", params={"run_id": "run-1"}).json()) == len(SHAPES)
     assert client.get("/api/verdicts", params={"since": "yesterday"}).status_code == 400
+    # `since` really filters, as a duration ago and as an RFC 3339 time.
+    future = "2999-01-01T00:00:00Z"
+    assert client.get("/api/verdicts", params={"since": future}).json() == []
+    assert len(client.get("/api/verdicts", params={"since": "10m"}).json()) == len(SHAPES)
+    assert client.get("/api/summary", params={"since": future}).json()["traces"] == 0
+    assert client.get("/api/summary", params={"since": "10m"}).json()["traces"] == len(SHAPES)
     assert client.get("/api/verdicts", params={"status": "fine"}).status_code == 422
     assert client.get("/api/verdicts", params={"limit": 0}).status_code == 422
     assert client.get("/api/verdicts/xyz").status_code == 400

@@ -67,8 +67,6 @@ def test_collect_reloads_on_sighup_and_flushes_on_sigterm(tmp_path: Path) -> Non
         str(budget),
         "--db",
         str(tmp_path / "v.db"),
-        "--decision-wait",
-        "200ms",
         "--alertmanager",
         "http://127.0.0.1:9",
         "--max-trace-age",
@@ -77,7 +75,15 @@ def test_collect_reloads_on_sighup_and_flushes_on_sigterm(tmp_path: Path) -> Non
     with (
         log_path.open("w") as log,
         subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            # An option left out falls back to its SPANBUDGET_COLLECTOR_* variable.
+            env={
+                **os.environ,
+                "HF_HUB_OFFLINE": "1",
+                "SPANBUDGET_COLLECTOR_DECISION_WAIT_SECONDS": "0.2",
+            },
         ) as process,
         httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client,
     ):
@@ -91,6 +97,7 @@ def test_collect_reloads_on_sighup_and_flushes_on_sigterm(tmp_path: Path) -> Non
 
             _wait_for(up, "the collector to listen")
             assert f"listening on http://127.0.0.1:{port}" in log_path.read_text()
+            assert "decision wait 0.2s" in log_path.read_text()
             assert _judged(client, "1" * 32)["budget"] == "rag-ttft"
 
             budget.write_text(original.replace("target_ms: 20", "target_ms: 90"))  # > limit

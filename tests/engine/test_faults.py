@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+import json
+from collections.abc import MutableMapping
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -145,3 +147,48 @@ def test_client_gone_mid_stream_frees_the_request_and_others_go_on(
     assert engine.runtime.loop.stats.num_running == 0
     # Only the request that ran to the end has a span, as in vLLM.
     assert len(engine.spans.get_finished_spans()) == 1
+
+
+def test_client_gone_before_the_first_chunk_still_aborts_the_request(
+    planner: OutputPlanner,
+) -> None:
+    """The client left before Starlette asked the body for its first chunk, so the body never
+    ran: the request must still be aborted, not generated to the end for nobody."""
+    engine = build_engine(preset(), planner)
+    body = json.dumps(CHAT | {"stream": True, "max_tokens": 50}).encode()
+    incoming: list[dict[str, Any]] = [{"type": "http.request", "body": body}]
+    path = "/v1/chat/completions"
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"engine"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("engine", 80),
+    }
+
+    async def receive() -> dict[str, Any]:
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        # A server may wait here (a paused write flow): cancellation lands before the body.
+        await asyncio.sleep(0.05)
+
+    async def run() -> int:
+        async with engine.runtime.running():
+            await engine.app(scope, receive, send)
+            # Long enough for the 50 tokens to be generated (~0.4 s modelled) had nobody
+            # aborted the request: a finished request would leave a span behind.
+            await asyncio.sleep(1.5)
+            stats = engine.runtime.loop.stats
+            return stats.num_running + stats.num_waiting
+
+    assert asyncio.run(run()) == 0
+    # An aborted request has no span, as in vLLM.
+    assert engine.spans.get_finished_spans() == ()

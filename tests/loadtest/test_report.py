@@ -72,7 +72,7 @@ def test_stage_percentiles_recompute_from_the_csv(budget: Budget, tmp_path: Path
     for stage in report["stages"]:
         values = [r[f"{stage['name']}_ms"] for r in again if r["verdict_status"]]
         if stage["name"] == "network":
-            assert stage["ms"]["p50"] == pytest.approx(np.percentile(values, 50))
+            assert stage["ms"]["p50"] == float(np.percentile(values, 50))
         for q in (50, 90, 95, 99):
             assert stage["ms"][f"p{q}"] == pytest.approx(float(np.percentile(values, q)))
         assert stage["ms"]["max"] == max(values)
@@ -100,6 +100,16 @@ def test_report_command_renders_from_files(budget: Budget, tmp_path: Path) -> No
     html = (tmp_path / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 3
     assert CliRunner().invoke(app, ["report", str(tmp_path / "nope")]).exit_code == 2
+
+
+def test_report_of_a_folder_that_is_not_a_run_exits_2(budget: Budget, tmp_path: Path) -> None:
+    # Exit 1 would read as "objective breached"; a wrong folder is a usage error.
+    write_rows(tmp_path / "requests.csv", row_columns(budget), make_rows(budget, 5))
+    for document in ("{}", '{"slo": {"met": true}}', "[1, 2]"):
+        (tmp_path / "report.json").write_text(document)
+        result = CliRunner().invoke(app, ["report", str(tmp_path)])
+        assert result.exit_code == 2, (document, result.output)
+        assert "not a load-test run folder" in " ".join(result.output.split())
 
 
 def test_report_html_renders_in_chromium(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
+from typing import Any
 
+import anyio
 import httpx
 import jwt
 import pytest
@@ -211,3 +213,72 @@ async def test_client_disconnect_cancels_upstream_and_ends_every_span(
     assert (server_span.attributes or {})["error.type"] == "client_disconnected"
     # Every span that started has ended: the 9 spans of the request are all exported.
     assert len(gateway.spans()) == 9
+
+
+async def test_client_gone_before_the_stream_starts_still_ends_every_span(
+    make_gateway: GatewayFactory, fake_llm: FakeLLM
+) -> None:
+    """The client left while the gateway was still retrieving: Starlette cancels the body
+    before its first chunk is asked for, so the relay never runs; clean-up must not need it."""
+    gateway = make_gateway()
+    body = json.dumps({**chat_body(stream=True), "model": "slow"}).encode()
+    incoming: list[dict[str, object]] = [{"type": "http.request", "body": body}]
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def receive() -> dict[str, object]:
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        # A server may wait here (a paused write flow): a point where cancellation lands.
+        await anyio.sleep(0)
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": URL,
+        "raw_path": URL.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"gateway"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("gateway", 80),
+    }
+    await gateway.app(scope, receive, send)
+    upstream_request = fake_llm.requests[-1]
+    assert upstream_request.body["model"] == "slow"
+    cancelled = await anyio.to_thread.run_sync(upstream_request.disconnected.wait, 5)
+    assert cancelled, "upstream was not cancelled"
+    names = by_name(gateway.spans())
+    assert "chat slow" in names, "the chat span was left open"
+    chat = names["chat slow"]
+    assert chat.status.status_code is StatusCode.ERROR
+    assert (chat.attributes or {})["error.type"] == "client_disconnected"
+    server_span = names["POST /v1/chat/completions"]
+    assert (server_span.attributes or {})["error.type"] == "client_disconnected"
+
+
+async def test_cancelled_while_reading_an_upstream_error_still_ends_the_chat_span(
+    make_gateway: GatewayFactory, fake_llm: FakeLLM
+) -> None:
+    gateway = make_gateway()
+    before = len(fake_llm.requests)
+
+    async def post(client: httpx.AsyncClient) -> None:
+        await client.post(URL, json={**chat_body(), "model": "stall-500"})
+
+    async with gateway.client() as client, anyio.create_task_group() as group:
+        group.start_soon(post, client)
+        with anyio.fail_after(10):
+            while len(fake_llm.requests) == before:
+                await anyio.sleep(0.01)
+        # The 500 status has reached the gateway, which now waits for the error body.
+        await anyio.sleep(0.2)
+        group.cancel_scope.cancel()
+    assert fake_llm.requests[-1].body["model"] == "stall-500"
+    names = by_name(gateway.spans())
+    assert "chat stall-500" in names, "the chat span was left open"
+    assert names["chat stall-500"].status.status_code is StatusCode.ERROR

@@ -200,10 +200,9 @@ async def test_health_readiness_and_models(make_gateway: GatewayFactory) -> None
     # The upstream's own model list, so clients can name a model the LLM serves.
     assert models.json()["data"][0]["owned_by"] == "vllm"
     assert models.json()["data"][0]["id"] == "test-model"
-    # Probes are not traced: they would be judged as requests otherwise.
-    assert "GET /healthz" not in {s.name for s in gateway.spans()}
-    assert "GET /readyz" not in {s.name for s in gateway.spans()}
-    assert "GET /v1/models" in {s.name for s in gateway.spans()}
+    # Probes and the model listing are not traced, nor is the upstream call behind the
+    # listing: each trace would be judged as a request without a first token otherwise.
+    assert gateway.spans() == []
 
 
 async def test_readyz_is_503_without_a_collection(

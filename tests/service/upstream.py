@@ -4,6 +4,7 @@ whose behaviour the requested model picks (see `FakeLLM`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -41,8 +42,9 @@ def _chunk(request_id: str, model: str, delta: dict[str, Any], finish: str | Non
 class FakeLLM:
     """The ASGI app; `requests` holds what it received, newest last.
 
-    `test-model` answers normally, `fail-500` fails before streaming, `drop-mid-stream`
-    breaks the connection after two chunks, `slow` streams for a long time.
+    `test-model` answers normally, `fail-500` fails before streaming, `stall-500` sends a
+    500 status but never its body, `drop-mid-stream` breaks the connection after two chunks,
+    `slow` streams for a long time.
     """
 
     def __init__(self, chunk_delay_seconds: float = 0.0) -> None:
@@ -74,6 +76,12 @@ class FakeLLM:
         if model == "fail-500":
             error = {"error": {"message": "engine exploded", "type": "InternalServerError"}}
             await self._json(send, 500, error)
+            return
+        if model == "stall-500":
+            json_type = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 500, "headers": json_type})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._watch_disconnect(receive, record), 10)
             return
         await send(
             {
