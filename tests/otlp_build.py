@@ -60,7 +60,12 @@ def to_request(spans: Iterable[Span]) -> ExportTraceServiceRequest:
 
 def to_otlp_json(spans: Sequence[Span]) -> str:
     """OTLP/JSON as the specification writes it: hex ids, camelCase, int64 as strings."""
-    document = json_format.MessageToDict(to_request(spans))
+    return request_to_json(to_request(spans))
+
+
+def request_to_json(request: ExportTraceServiceRequest) -> str:
+    """An OTLP request as OTLP/JSON (hex ids rather than protobuf JSON's base64)."""
+    document = json_format.MessageToDict(request)
     for resource_spans in document.get("resourceSpans", []):
         for scope_spans in resource_spans.get("scopeSpans", []):
             for span in scope_spans.get("spans", []):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -10,10 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from google.protobuf import json_format
 from opentelemetry import trace as trace_api
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -27,7 +24,8 @@ from collector.live.metrics import CollectorMetrics
 from collector.live.pipeline import Pipeline, VerdictListener
 from collector.live.settings import CollectorSettings
 from collector.live.store import VerdictStore
-from collector.spans import AttrValue, Span, SpanKind
+from collector.spans import Span, SpanKind
+from tests.otlp_build import request_to_json, to_request
 from tests.servers import ServerThread
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,68 +119,14 @@ def running_collector(
 # -- OTLP encoding of test spans -----------------------------------------------------------
 
 
-def _any_value(value: AttrValue) -> AnyValue:
-    out = AnyValue()
-    if isinstance(value, bool):
-        out.bool_value = value
-    elif isinstance(value, int):
-        out.int_value = value
-    elif isinstance(value, float):
-        out.double_value = value
-    elif isinstance(value, str):
-        out.string_value = value
-    else:
-        for item in value:
-            out.array_value.values.append(_any_value(item))
-    return out
-
-
 def otlp_request(spans: Sequence[Span]) -> ExportTraceServiceRequest:
     """Spans as an OTLP request, one ResourceSpans per service, in the given order."""
-    request = ExportTraceServiceRequest()
-    by_service: dict[str, Any] = {}
-    for span in spans:
-        scope_spans = by_service.get(span.service)
-        if scope_spans is None:
-            resource_spans = request.resource_spans.add()
-            resource_spans.resource.attributes.append(
-                KeyValue(key="service.name", value=_any_value(span.service))
-            )
-            scope_spans = resource_spans.scope_spans.add()
-            scope_spans.scope.name = "tests"
-            by_service[span.service] = scope_spans
-        out = scope_spans.spans.add()
-        out.trace_id = bytes.fromhex(span.trace_id)
-        out.span_id = bytes.fromhex(span.span_id)
-        if span.parent_span_id:
-            out.parent_span_id = bytes.fromhex(span.parent_span_id)
-        out.name = span.name
-        out.kind = span.kind.to_otlp()
-        out.start_time_unix_nano = span.start_ns
-        out.end_time_unix_nano = span.end_ns
-        for key, value in span.attributes.items():
-            out.attributes.append(KeyValue(key=key, value=_any_value(value)))
-        if span.error:
-            out.status.code = 2
-    return request
+    return to_request(spans)
 
 
 def otlp_json(request: ExportTraceServiceRequest) -> bytes:
     """OTLP/JSON as the spec writes it: hex ids, camelCase, int64 as strings."""
-    document = json_format.MessageToDict(request)
-    for resource in document.get("resourceSpans", []):
-        for scope in resource.get("scopeSpans", []):
-            for span in scope.get("spans", []):
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if key in span:
-                        span[key] = _b64_to_hex(span[key])
-    return json.dumps(document).encode()
-
-
-def _b64_to_hex(text: str) -> str:
-    import base64
-
-    return base64.b64decode(text).hex()
+    return request_to_json(request).encode()
 
 
 def replay_with_sdk(
