@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -80,6 +81,10 @@ def serve(
             settings.collection,
             "on" if settings.faults else "off",
         )
+        # uvicorn stops gracefully on SIGINT/SIGTERM, then re-raises the signal to the
+        # handlers it found: make those no-ops so that the command returns and exits 0.
+        for stop_signal in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stop_signal, lambda _signum, _frame: None)
         uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()
     finally:
         store.close()

@@ -82,6 +82,18 @@ def create_app(pipeline: Pipeline) -> FastAPI:
             return refuse(exc, as_json)
         if batch.rejected:
             metrics.spans_rejected.labels("span_too_large").inc(batch.rejected)
+        if len(batch.spans) > settings.intake_queue_spans:
+            # It could never fit, however long the client waits: too large, not busy.
+            metrics.spans_rejected.labels("too_many_spans").inc(len(batch.spans))
+            return refuse(
+                IntakeError(
+                    413,
+                    "too_many_spans",
+                    f"{len(batch.spans)} spans in one request; at most "
+                    f"{settings.intake_queue_spans}: split the batch",
+                ),
+                as_json,
+            )
         if not pipeline.offer(batch):
             metrics.spans_rejected.labels("queue_full").inc(len(batch.spans))
             return refuse(

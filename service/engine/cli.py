@@ -6,6 +6,7 @@ A thin layer: flags become `EngineSettings`, which build the runtime, served by 
 from __future__ import annotations
 
 import os
+import signal
 from typing import Annotated, Any
 
 import typer
@@ -216,6 +217,10 @@ def _serve(settings: Any, preset: Any, host: str, port: int) -> None:
         port,
         "on" if settings.faults else "off",
     )
+    # uvicorn stops gracefully on SIGINT/SIGTERM, then re-raises the signal to the handlers
+    # it found: make those no-ops so that the command returns and exits 0.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, lambda _signum, _frame: None)
     # Streams still open at SIGTERM get a few seconds to finish, then the server stops anyway.
     uvicorn.run(
         app,

@@ -133,3 +133,17 @@ def test_requests_without_spans_never_pile_up_in_the_intake_queue(tmp_path: Path
         assert response.status_code == 200
         assert not pipeline.wait_idle(0.2)  # a real request is queued, as it should be
     store.close()
+
+
+def test_a_request_that_can_never_fit_is_413_not_503(tmp_path: Path) -> None:
+    """Retrying cannot help a batch larger than the whole queue: say so, do not say busy."""
+    big = [s for i in range(3) for s in rag_trace(trace_id=f"{i + 1:032x}").spans]  # 33 spans
+    small = rag_trace(trace_id=f"{99:032x}").spans
+    with running_collector(tmp_path, intake_queue_spans=20) as collector:
+        refused = collector.post(otlp_request(big).SerializeToString(), "application/x-protobuf")
+        assert refused.status_code == 413
+        assert "Retry-After" not in refused.headers
+        assert collector.metric("spanbudget_spans_rejected_total", reason="too_many_spans") == 33
+        accepted = collector.post(otlp_request(small).SerializeToString(), "application/x-protobuf")
+        assert accepted.status_code == 200
+        assert collector.verdict(f"{99:032x}")["status"] == "ok"

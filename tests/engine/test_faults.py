@@ -53,12 +53,14 @@ def test_delay_header_lengthens_queue_and_prefill_only_with_faults(
     assert isinstance(queue, float)
     assert isinstance(prefill, float)
     modelled = engine.runtime.perf.prefill_seconds(int(attrs["gen_ai.usage.prompt_tokens"]))
+    # 20 ms of slack: a shared machine can delay a step that much, far less than the 40-50 ms
+    # that the header adds.
     if faults:
-        assert queue == pytest.approx(0.05, abs=0.01)
-        assert prefill == pytest.approx(0.04 + modelled, abs=0.01)
+        assert queue == pytest.approx(0.05, abs=0.02)
+        assert prefill == pytest.approx(0.04 + modelled, abs=0.02)
     else:
-        assert queue < 0.01
-        assert prefill == pytest.approx(modelled, abs=0.01)
+        assert queue < 0.02
+        assert prefill == pytest.approx(modelled, abs=0.02)
 
 
 def test_error_rate_answers_500(planner: OutputPlanner) -> None:

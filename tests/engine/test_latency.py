@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from collections.abc import Callable
 from typing import Literal
 
 import httpx
@@ -21,6 +22,23 @@ from service.engine.simulation import Arrival, simulate
 from service.tokens import TokenCounter
 
 from .harness import StreamResult, bench_style_stream, build_engine, filler_text, preset, serve
+
+
+def on_some_attempt(
+    measure: Callable[[], list[tuple[float, float]]], rel: float, attempts: int = 3
+) -> None:
+    """Every (measured, predicted) pair within `rel` on at least one of `attempts` runs.
+
+    The machine is shared: a run that another process disturbed is measured again. A
+    wrong model fails every attempt.
+    """
+    seen = []
+    for _ in range(attempts):
+        pairs = measure()
+        if all(m == pytest.approx(p, rel=rel) for m, p in pairs):
+            return
+        seen.append(pairs)
+    pytest.fail(f"never within {rel:.0%} of the model in {attempts} runs: {seen}")
 
 
 def _chat(text: str, max_tokens: int) -> dict[str, object]:
@@ -49,10 +67,13 @@ def test_lone_request_ttft_matches_predicted_prefill(
                 client, "/v1/chat/completions", _chat(filler_text(words), 4)
             )
 
-    result = asyncio.run(run())
-    assert result.usage is not None
-    predicted = engine.runtime.perf.prefill_seconds(result.usage["prompt_tokens"])
-    assert result.ttft == pytest.approx(predicted, rel=0.10)
+    def measure() -> list[tuple[float, float]]:
+        result = asyncio.run(run())
+        assert result.usage is not None
+        predicted = engine.runtime.perf.prefill_seconds(result.usage["prompt_tokens"])
+        return [(result.ttft, predicted)]
+
+    on_some_attempt(measure, rel=0.10)
 
 
 def test_concurrent_long_prompts_queue_behind_each_other(tokenizer: TokenCounter) -> None:
@@ -71,15 +92,18 @@ def test_concurrent_long_prompts_queue_behind_each_other(tokenizer: TokenCounter
                 )
             )
 
-    results = asyncio.run(run())
-    assert all(r.usage is not None for r in results)
-    prompt_tokens = results[0].usage["prompt_tokens"] if results[0].usage else 0
-    assert 1990 <= prompt_tokens <= 2100
-    predicted = simulate(p, [Arrival(0.0, prompt_tokens, 8)] * 8).timings()
-    ttfts = sorted(r.ttft for r in results)
-    # The last one waited for every chunk scheduled before it: about 8 prefills.
-    assert ttfts[-1] == pytest.approx(predicted[-1].time_to_first_token, rel=0.15)
-    assert ttfts[-1] > 6 * ttfts[0]
+    def measure() -> list[tuple[float, float]]:
+        results = asyncio.run(run())
+        assert all(r.usage is not None for r in results)
+        prompt_tokens = results[0].usage["prompt_tokens"] if results[0].usage else 0
+        assert 1990 <= prompt_tokens <= 2100
+        predicted = simulate(p, [Arrival(0.0, prompt_tokens, 8)] * 8).timings()
+        ttfts = sorted(r.ttft for r in results)
+        assert ttfts[-1] > 6 * ttfts[0]
+        # The last one waited for every chunk scheduled before it: about 8 prefills.
+        return [(ttfts[-1], predicted[-1].time_to_first_token)]
+
+    on_some_attempt(measure, rel=0.15)
 
 
 def test_inter_token_latency_grows_with_batch_size(tokenizer: TokenCounter) -> None:
@@ -99,17 +123,20 @@ def test_inter_token_latency_grows_with_batch_size(tokenizer: TokenCounter) -> N
                 )
             )
 
-    alone = asyncio.run(run(1))
-    crowd = asyncio.run(run(32))
-    itl_alone = statistics.median(alone[0].itl)
-    itl_crowd = statistics.median(x for r in crowd for x in r.itl)
     perf = PerfModel(p)
     model_alone = perf.step_seconds([BatchEntry(1, 320)])
     model_crowd = perf.step_seconds([BatchEntry(1, 320)] * 32)
     assert model_crowd > 1.8 * model_alone
-    assert itl_alone == pytest.approx(model_alone, rel=0.15)
-    assert itl_crowd == pytest.approx(model_crowd, rel=0.15)
-    assert itl_crowd > 1.6 * itl_alone
+
+    def measure() -> list[tuple[float, float]]:
+        alone = asyncio.run(run(1))
+        crowd = asyncio.run(run(32))
+        itl_alone = statistics.median(alone[0].itl)
+        itl_crowd = statistics.median(x for r in crowd for x in r.itl)
+        assert itl_crowd > 1.6 * itl_alone
+        return [(itl_alone, model_alone), (itl_crowd, model_crowd)]
+
+    on_some_attempt(measure, rel=0.15)
 
 
 def test_full_kv_cache_preempts_and_the_preempted_request_completes(
