@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from collector.spans import AttrValue, Span, SpanKind
+from collector.spans import AttrValue, SpanKind
 
 __all__ = [
     "Budget",
@@ -128,11 +128,6 @@ class Selector:
             if value is None or _attr_key(value) not in accepted:
                 return False
         return True
-
-    def matches(self, span: Span, *, is_root: bool) -> bool:
-        return self.matches_shape(
-            span.name, span.kind, span.service, is_root
-        ) and self.matches_attributes(span.attributes)
 
 
 @dataclass(frozen=True, slots=True)

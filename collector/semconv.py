@@ -16,13 +16,18 @@ VLLM_REQUEST_SPAN = "llm_request"
 VLLM_LATENCY_QUEUE = "gen_ai.latency.time_in_queue"
 VLLM_LATENCY_PREFILL = "gen_ai.latency.time_in_model_prefill"
 
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_REQUEST_STREAM = "gen_ai.request.stream"
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
 SERVICE_NAME = "service.name"
 
 # Attributes copied from the trace into the verdict's `attributes`.
 LOADTEST_PREFIX = "loadtest."
 LOADTEST_RUN_ID = "loadtest.run_id"
 LOADTEST_REQUEST_INDEX = "loadtest.request_index"
+LOADTEST_PHASE = "loadtest.phase"
 
 # Annotations added to spans on export.
 BUDGET_NAME = "budget.name"

@@ -12,7 +12,6 @@ import signal
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -21,7 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from collector.budget_file import BudgetError, load_budget
-from collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed
+from collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, new_run_id
 from collector.loadtest.schedule import Arrival, Phase
 from collector.loadtest.telemetry import loadtest_tracer_provider
 from spanbudget.processes import Child, ChildFailed, Supervisor
@@ -106,7 +105,7 @@ def run_demo(settings: DemoSettings, console: Console) -> int:
     except BudgetError as exc:  # before any child starts: nothing to stop
         console.print(f"[bold red]error:[/] {exc}", highlight=False)
         return EXIT_FAILED
-    run_id = f"demo-{uuid.uuid4().hex[:8]}"
+    run_id = new_run_id("demo")
     out = settings.out or Path("runs") / run_id
     logs = settings.data_dir / "logs"
     supervisor = Supervisor()

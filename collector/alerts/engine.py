@@ -240,6 +240,7 @@ class AlertEngine:
         return None
 
     def firing(self) -> list[Alert]:
+        """The alerts firing now."""
         with self._lock:
             return [alert for alert, _ in self._firing.values()]
 

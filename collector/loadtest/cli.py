@@ -56,7 +56,7 @@ def loadtest(
     """
     from collector.budget_file import BudgetError, load_budget
     from collector.durations import parse_duration
-    from collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, load_prompts
+    from collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, load_prompts, new_run_id
     from collector.loadtest.schedule import Phase
     from collector.loadtest.telemetry import loadtest_tracer_provider
 
@@ -64,6 +64,7 @@ def loadtest(
         table = load_budget(budget).budget
     except BudgetError as exc:
         raise _fail(str(exc)) from None
+    run_id = run_id or new_run_id()
     if duration is not None and requests is not None:
         raise _fail("give --duration or --requests, not both")
     try:
@@ -74,7 +75,7 @@ def loadtest(
             collector=collector,
             budget=table,
             phases=[phase],
-            out=Path("."),
+            out=out or Path("runs") / run_id,
             arrival=arrival,
             model=model,
             prompts=load_prompts(prompts),
@@ -84,12 +85,10 @@ def loadtest(
             warmup=warmup,
             ui_url=collector,
             jaeger_ui=jaeger_ui,
+            run_id=run_id,
         )
     except (ValueError, RunFailed) as exc:
         raise _fail(str(exc)) from None
-    if run_id:
-        test.run_id = run_id
-    test.out = out or Path("runs") / test.run_id
     provider = loadtest_tracer_provider(collector)
     console = Console()
     try:

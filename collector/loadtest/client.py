@@ -19,6 +19,7 @@ from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from collector import semconv as sc
 from collector.stats import percentile
 
 __all__ = ["ChatRequest", "RequestRecord", "send_chat"]
@@ -99,13 +100,13 @@ async def send_chat(
         kind=SpanKind.CLIENT,
         start_time=send_wall_ns,
         attributes={
-            "gen_ai.operation.name": "chat",
-            "gen_ai.request.model": model,
-            "gen_ai.request.stream": True,
-            "gen_ai.request.max_tokens": request.max_tokens,
-            "loadtest.run_id": run_id,
-            "loadtest.request_index": request.index,
-            "loadtest.phase": request.phase,
+            sc.GEN_AI_OPERATION_NAME: "chat",
+            sc.GEN_AI_REQUEST_MODEL: model,
+            sc.GEN_AI_REQUEST_STREAM: True,
+            sc.GEN_AI_REQUEST_MAX_TOKENS: request.max_tokens,
+            sc.LOADTEST_RUN_ID: run_id,
+            sc.LOADTEST_REQUEST_INDEX: request.index,
+            sc.LOADTEST_PHASE: request.phase,
         },
     )
     record.trace_id = f"{span.get_span_context().trace_id:032x}"
@@ -157,9 +158,9 @@ async def send_chat(
         record.itl_mean_ms = sum(gaps) / len(gaps)
         record.itl_p95_ms = percentile(gaps, 95)
     if record.ttft_ms is not None:
-        span.set_attribute("gen_ai.response.time_to_first_chunk", record.ttft_ms / 1000)
+        span.set_attribute(sc.TIME_TO_FIRST_CHUNK, record.ttft_ms / 1000)
     if record.status_code:
-        span.set_attribute("http.response.status_code", record.status_code)
+        span.set_attribute(sc.HTTP_RESPONSE_STATUS_CODE, record.status_code)
     if record.error:
         span.set_status(StatusCode.ERROR, record.error[:120])
     span.end(end_time=send_wall_ns + round((end_perf - send_perf) * 1e9))

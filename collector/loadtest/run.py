@@ -32,7 +32,15 @@ from collector.loadtest.schedule import Arrival, Phase, build_schedule
 from collector.loadtest.verdicts import CollectorUnavailable, wait_for_verdicts
 from collector.stats import percentile
 
-__all__ = ["EXIT_BREACHED", "EXIT_FAILED", "EXIT_OK", "LoadTest", "RunFailed", "load_prompts"]
+__all__ = [
+    "EXIT_BREACHED",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "LoadTest",
+    "RunFailed",
+    "load_prompts",
+    "new_run_id",
+]
 
 EXIT_OK, EXIT_BREACHED, EXIT_FAILED = 0, 1, 2
 
@@ -45,6 +53,11 @@ class RunFailed(RuntimeError):
 class Prompt:
     prompt: str
     max_tokens: int = 64
+
+
+def new_run_id(prefix: str = "run") -> str:
+    """A short random run id, e.g. `run-3f2a9c1e`."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def load_prompts(path: Path | None = None) -> list[Prompt]:
@@ -80,7 +93,7 @@ class LoadTest:
     arrival: Arrival = Arrival.POISSON
     model: str | None = None
     prompts: Sequence[Prompt] = field(default_factory=load_prompts)
-    run_id: str = field(default_factory=lambda: f"run-{uuid.uuid4().hex[:8]}")
+    run_id: str = field(default_factory=lambda: new_run_id())
     seed: int = 0
     max_concurrency: int = 256
     api_key: str | None = None

@@ -65,10 +65,6 @@ class StepRecord:
     num_tokens: int
     num_prefill_tokens: int
 
-    @property
-    def gap_seconds(self) -> float:
-        return self.actual_seconds - self.modelled_seconds
-
 
 def _no_stall(elapsed: float) -> float:
     return 0.0

@@ -69,6 +69,18 @@ class Collector:
         )
 
 
+def idle_pipeline(tmp_path: Path) -> Pipeline:
+    """A pipeline whose worker is not started: nothing drains its intake queue."""
+    settings = CollectorSettings(db_path=tmp_path / "v.db", budget_path=BUDGET)
+    store = VerdictStore(settings.db_path, retention_seconds=60, retention_count=10)
+    return Pipeline(
+        settings,
+        load_budget(BUDGET).budget,
+        metrics=CollectorMetrics(CollectorRegistry()),
+        store=store,
+    )
+
+
 @contextmanager
 def running_collector(
     tmp_path: Path,

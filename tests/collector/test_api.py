@@ -9,16 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.budget_file import load_budget
 from collector.live.api import create_app
-from collector.live.metrics import BUDGET_BUCKETS_SECONDS, CollectorMetrics
-from collector.live.pipeline import Pipeline
-from collector.live.settings import CollectorSettings
-from collector.live.store import VerdictStore
-from tests.collector.harness import BUDGET, Collector, otlp_request, running_collector
+from collector.live.metrics import BUDGET_BUCKETS_SECONDS
+from tests.collector.harness import (
+    Collector,
+    idle_pipeline,
+    otlp_request,
+    running_collector,
+)
 from tests.traces import rag_trace
 
 PROTOBUF = "application/x-protobuf"
@@ -144,14 +144,7 @@ def test_web_ui_is_self_contained(collector: Collector) -> None:
 
 
 def test_health_and_readiness(tmp_path: Path) -> None:
-    settings = CollectorSettings(db_path=tmp_path / "v.db", budget_path=BUDGET)
-    store = VerdictStore(settings.db_path, retention_seconds=60, retention_count=10)
-    pipeline = Pipeline(
-        settings,
-        load_budget(BUDGET).budget,
-        metrics=CollectorMetrics(CollectorRegistry()),
-        store=store,
-    )
+    pipeline = idle_pipeline(tmp_path)
     with TestClient(create_app(pipeline)) as client:
         assert client.get("/healthz").status_code == 200
         assert client.get("/readyz").status_code == 503  # worker not started

@@ -11,16 +11,10 @@ from pathlib import Path
 
 import httpx
 from fastapi.testclient import TestClient
-from prometheus_client import CollectorRegistry
 
-from collector.budget_file import load_budget
 from collector.live.api import create_app
-from collector.live.metrics import CollectorMetrics
-from collector.live.pipeline import Pipeline
-from collector.live.settings import CollectorSettings
-from collector.live.store import VerdictStore
 from collector.verdict import Verdict
-from tests.collector.harness import BUDGET, otlp_request, running_collector
+from tests.collector.harness import idle_pipeline, otlp_request, running_collector
 from tests.traces import rag_trace
 
 PROTOBUF = "application/x-protobuf"
@@ -111,14 +105,7 @@ def test_traces_that_never_complete_stay_bounded_and_evictions_are_counted(
 
 def test_requests_without_spans_never_pile_up_in_the_intake_queue(tmp_path: Path) -> None:
     # The bound counts spans; a flood of span-less requests must not grow the queue either.
-    settings = CollectorSettings(db_path=tmp_path / "v.db", budget_path=BUDGET)
-    store = VerdictStore(settings.db_path, retention_seconds=60, retention_count=10)
-    pipeline = Pipeline(
-        settings,
-        load_budget(BUDGET).budget,
-        metrics=CollectorMetrics(CollectorRegistry()),
-        store=store,
-    )  # not started: nothing drains the queue
+    pipeline = idle_pipeline(tmp_path)  # not started: nothing drains the queue
     empty = otlp_request([]).SerializeToString() + b"\n\x00"  # one empty ResourceSpans
     with TestClient(create_app(pipeline)) as client:
         for body, content_type in ((empty, PROTOBUF), (b'{"resourceSpans": []}', JSON)):
@@ -132,7 +119,7 @@ def test_requests_without_spans_never_pile_up_in_the_intake_queue(tmp_path: Path
         response = client.post("/v1/traces", content=full, headers={"Content-Type": PROTOBUF})
         assert response.status_code == 200
         assert not pipeline.wait_idle(0.2)  # a real request is queued, as it should be
-    store.close()
+    pipeline.store.close()
 
 
 def test_a_request_that_can_never_fit_is_413_not_503(tmp_path: Path) -> None:

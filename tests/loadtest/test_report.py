@@ -153,3 +153,20 @@ def test_report_html_renders_in_chromium(
         for _, c in colours
     )
     json.dumps(report)  # the report is plain JSON
+
+
+def test_incomplete_traces_stay_out_of_stage_statistics(budget: Budget) -> None:
+    """With no first token the window is the whole request: its stage times are not TTFT."""
+    rows = make_rows(budget, count=20)
+    verdict = Evaluator(budget).evaluate(
+        rag_trace(trace_id=f"{999:032x}", marks=False).spans, evaluated_at=datetime.now(UTC)
+    )
+    assert verdict is not None
+    incomplete = request_row(RequestRecord(20, "burst", 5.0), verdict.to_dict())
+    assert incomplete["verdict_status"] == "incomplete"
+    assert incomplete["prefill_ms"] == 352.0  # the whole root span, decode included
+    report = build_report([*rows, incomplete], budget, INFO)
+    prefill = next(s for s in report["stages"] if s["name"] == "prefill")
+    assert prefill["count"] == 18  # the 18 joined complete traces of make_rows, not 19
+    assert prefill["ms"]["max"] < 352.0
+    assert report["verdicts"]["by_status"]["incomplete"] == 1
