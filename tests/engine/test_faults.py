@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import MutableMapping
 from typing import Any, Literal
 
@@ -130,7 +131,9 @@ def test_client_gone_mid_stream_frees_the_request_and_others_go_on(
     planner: OutputPlanner, core: Literal["thread", "process"]
 ) -> None:
     engine = build_engine(preset(), planner, core=core)
-    body = CHAT | {"stream": True, "max_tokens": 30}
+    # Long enough (about 3 s of decode) that a request the hang-up failed to abort would
+    # still be running, and leave a span, whatever delays a loaded machine adds.
+    body = CHAT | {"stream": True, "max_tokens": 400}
 
     async def run() -> int:
         async with serve(engine.app) as url, httpx.AsyncClient(base_url=url) as client:
@@ -146,6 +149,9 @@ def test_client_gone_mid_stream_frees_the_request_and_others_go_on(
 
     # Back-to-back requests arriving just after a step ends must never wait forever.
     assert asyncio.run(asyncio.wait_for(run(), 20)) == 4
+    deadline = time.monotonic() + 1.0
+    while engine.runtime.loop.stats.num_running and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert engine.runtime.loop.stats.num_running == 0
     # Only the request that ran to the end has a span, as in vLLM.
     assert len(engine.spans.get_finished_spans()) == 1
