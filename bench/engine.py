@@ -3,8 +3,11 @@
 Starts `spanbudget engine` in its own process (spans exported over OTLP to a local sink),
 drives it with concurrent streaming clients as a load generator would, and prints the
 gap between each step's modelled and real duration next to client-side TTFT and ITL.
+It does so once with the step thread at real-time priority (the default) and once at
+normal priority, side by side; `--busy N` adds N CPU-burning processes, a busier machine.
 
     .venv/bin/python bench/engine.py [--preset qwen3-8b-h100] [--concurrency 1 50 200]
+                                     [--core-priority realtime normal] [--busy 1]
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import asyncio
 import contextlib
 import http.server
 import json
+import multiprocessing
 import os
 import socket
 import statistics
@@ -55,7 +59,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _engine(preset: str) -> Iterator[str]:
+def _engine(preset: str, core_priority: str) -> Iterator[str]:
     sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
     threading.Thread(target=sink.serve_forever, daemon=True).start()
     port = _free_port()
@@ -68,6 +72,7 @@ def _engine(preset: str) -> Iterator[str]:
     if os.environ.get("BENCH_WRAP"):
         command = [sys.executable, os.environ["BENCH_WRAP"], "engine"]
     command += ["--listen", f"127.0.0.1:{port}", "--preset", preset]
+    command += ["--core-priority", core_priority]
     process = subprocess.Popen(command, env=env, stderr=None, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -173,6 +178,28 @@ def _sleep_floor(seconds: float = 2.0, step: float = 0.008) -> tuple[float, floa
     return _pct(lates, 50), _pct(lates, 99)
 
 
+def _burn() -> None:
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def _busy(processes: int) -> Iterator[None]:
+    """`processes` CPU burners for the duration of the block: other work on the machine."""
+    burners = [
+        multiprocessing.get_context("spawn").Process(target=_burn, daemon=True)
+        for _ in range(processes)
+    ]
+    for burner in burners:
+        burner.start()
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.join()
+
+
 def _pct(values: list[float], q: int) -> float:
     if len(values) < 2:
         return values[0] if values else float("nan")
@@ -184,19 +211,30 @@ def main() -> None:
     parser.add_argument("--preset", default="qwen3-8b-h100")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50, 200])
     parser.add_argument("--rounds", type=int, default=2, help="requests per stream")
+    parser.add_argument(
+        "--core-priority", nargs="+", default=["realtime", "normal"], choices=["realtime", "normal"]
+    )
+    parser.add_argument("--busy", type=int, default=0, help="CPU-burning processes alongside")
     args = parser.parse_args()
+    with _busy(args.busy):
+        _run(args)
+
+
+def _run(args: argparse.Namespace) -> None:
     rows = []
+    scheduling = {}
     floor_before = _sleep_floor()
-    with _engine(args.preset) as url:
-        asyncio.run(_load(url, 1, 2))  # warm-up: first-request costs are not step timing
-        for concurrency in args.concurrency:
-            rows.append(
-                (concurrency, asyncio.run(_load(url, concurrency, concurrency * args.rounds)))
-            )
+    for priority in args.core_priority:
+        with _engine(args.preset, priority) as url:
+            asyncio.run(_load(url, 1, 2))  # warm-up: first-request costs are not step timing
+            scheduling[priority] = httpx.get(f"{url}/emulator/core").json()["scheduling"]
+            for concurrency in args.concurrency:
+                load = _load(url, concurrency, concurrency * args.rounds)
+                rows.append((priority, concurrency, asyncio.run(load)))
     table = Table(title=f"engine emulator, preset {args.preset}: step time modelled vs actual (ms)")
     columns = [
-        ("streams", None), ("requests", "requests"), ("failed", "errors"), ("steps", "steps"),
-        ("max batch", "batch_max"),
+        ("core", None), ("streams", None), ("requests", "requests"), ("failed", "errors"),
+        ("steps", "steps"), ("max batch", "batch_max"),
         ("model p50", "model_p50"), ("model p99", "model_p99"), ("actual p99", "actual_p99"),
         ("gap p50", "gap_p50"), ("gap p99", "gap_p99"), ("gap max", "gap_max"),
         ("% >2ms", "late_2ms"), ("TTFT p50", "ttft_p50"), ("TTFT p99", "ttft_p99"),
@@ -205,12 +243,25 @@ def main() -> None:
     for title, _ in columns:
         table.add_column(title, justify="right")
     counts = ("requests", "errors", "steps", "batch_max")
-    for concurrency, row in rows:
-        cells = (f"{row[k]:.0f}" if k in counts else f"{row[k]:.2f}" for _, k in columns[1:])
-        table.add_row(str(concurrency), *cells)
-    Console(width=220).print(table)
+    for priority, concurrency, row in rows:
+        cells = (f"{row[k]:.0f}" if k in counts else f"{row[k]:.2f}" for _, k in columns[2:])
+        table.add_row(priority, str(concurrency), *cells)
+    Console(width=230).print(table)
     floor_after = _sleep_floor()
     print("gap = actual - modelled step duration, measured by the engine core itself (no stalls)")
+    for priority, said in scheduling.items():
+        print(f"core {priority}: the step thread ran at {said}")
+    by_key = {(p, c): row for p, c, row in rows}
+    if {"realtime", "normal"} <= set(args.core_priority):
+        for concurrency in args.concurrency:
+            fast, slow = by_key["realtime", concurrency], by_key["normal", concurrency]
+            print(
+                f"{concurrency} streams: gap p99 normal / realtime = "
+                f"{slow['gap_p99']:.2f} / {fast['gap_p99']:.2f} ms "
+                f"= {slow['gap_p99'] / max(fast['gap_p99'], 1e-3):.1f}x"
+            )
+    if args.busy:
+        print(f"with {args.busy} CPU-burning process(es) running throughout")
     print(
         "machine noise floor, bare time.sleep(8 ms) lateness p50/p99: "
         f"before {floor_before[0]:.2f}/{floor_before[1]:.2f} ms, "

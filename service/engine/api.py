@@ -142,6 +142,16 @@ def create_app(
             if r.start >= since
         ]
 
+    @app.get("/emulator/core")
+    async def core() -> dict[str, str | int | None]:
+        """Emulator-only: where the step loop runs and at what CPU priority."""
+        loop = runtime.loop
+        return {
+            "engine_core": runtime.core,
+            "step_thread_id": loop.step_thread_id,
+            "scheduling": loop.scheduling,
+        }
+
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, raw: Request) -> Response:
         prompt = render_chat_prompt(body.messages)

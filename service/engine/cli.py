@@ -46,6 +46,13 @@ def engine(
         str | None,
         typer.Option(help="Run the scheduler in its own 'process' (default) or a 'thread'."),
     ] = None,
+    core_priority: Annotated[
+        str | None,
+        typer.Option(
+            help="CPU priority of the step thread: 'realtime' (default; SCHED_FIFO where "
+            "permitted, so steps keep time on a busy machine) or 'normal'."
+        ),
+    ] = None,
     list_presets: Annotated[
         bool, typer.Option("--list-presets", help="Print the presets and exit.")
     ] = False,
@@ -102,6 +109,7 @@ def engine(
         "error_rate": error_rate,
         "drop_rate": drop_rate,
         "engine_core": engine_core,
+        "core_priority": core_priority,
     }
     if faults:
         given["faults"] = True
@@ -198,6 +206,7 @@ def _serve(settings: Any, preset: Any, host: str, port: int) -> None:
         ),
         faults_enabled=settings.faults,
         core=settings.engine_core,
+        core_priority=settings.core_priority,
     )
     app = create_app(runtime, on_shutdown=(provider.shutdown,))
     # Start-up garbage (tokenizer, corpus) never needs collecting: keep it out of the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import multiprocessing
 import queue
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from service.engine.core_priority import CorePriority
 from service.engine.engine_loop import EngineLoop, StepObserver, StepRecord, TokenSink
 from service.engine.perf_model import PerfModel
 from service.engine.presets import Preset
@@ -23,14 +25,26 @@ from service.engine.scheduler import Scheduler, SchedulerStats, Sequence, TokenE
 
 __all__ = ["ProcessEngineLoop"]
 
+_log = logging.getLogger("spanbudget.engine")
+
 
 class _PipeCore(EngineLoop):
     """`EngineLoop` inside the core process: commands come from, and steps go to, a pipe."""
 
     def __init__(
-        self, scheduler: Scheduler, conn: Connection, stall_seconds: Callable[[float], float]
+        self,
+        scheduler: Scheduler,
+        conn: Connection,
+        stall_seconds: Callable[[float], float],
+        priority: CorePriority,
     ) -> None:
-        super().__init__(scheduler, stall_seconds=stall_seconds, observers=(self,), keep_records=1)
+        super().__init__(
+            scheduler,
+            stall_seconds=stall_seconds,
+            observers=(self,),
+            keep_records=1,
+            priority=priority,
+        )
         self._conn = conn
         self._by_id: dict[str, Sequence] = {}
         self._record: StepRecord | None = None
@@ -39,6 +53,11 @@ class _PipeCore(EngineLoop):
 
     def on_step(self, record: StepRecord, stats: SchedulerStats) -> None:
         self._record = record
+
+    def _started(self, scheduling: str, thread_id: int) -> None:
+        # Logging is not set up in this process: the frontend logs it.
+        self.scheduling, self.step_thread_id = scheduling, thread_id
+        self.outbox.put(("started", scheduling, thread_id))
 
     def _drain(self, *, block: bool, timeout: float | None) -> bool:
         if not self._conn.poll(timeout if block else 0):
@@ -90,8 +109,14 @@ class _PipeCore(EngineLoop):
                 return
 
 
-def _core_main(preset: Preset, stall_seconds: Callable[[float], float], conn: Connection) -> None:
-    core = _PipeCore(Scheduler(PerfModel(preset)), conn, stall_seconds)
+def _core_main(
+    preset: Preset,
+    stall_seconds: Callable[[float], float],
+    priority: CorePriority,
+    conn: Connection,
+) -> None:
+    core = _PipeCore(Scheduler(PerfModel(preset)), conn, stall_seconds, priority)
+    # Started before the step loop asks for its priority, so the sender keeps a normal one.
     sender = threading.Thread(target=core.send_forever, name="engine-core-send", daemon=True)
     sender.start()
     try:
@@ -115,8 +140,13 @@ class ProcessEngineLoop:
         stall_seconds: Callable[[float], float],
         observers: tuple[StepObserver, ...] = (),
         keep_records: int = 100_000,
+        priority: CorePriority = "normal",
     ) -> None:
         self.stats = SchedulerStats()
+        # What the core's step thread runs at, and its OS thread id, once it has started.
+        self.scheduling: str | None = None
+        self.step_thread_id: int | None = None
+        self._priority: CorePriority = priority
         self._preset = preset
         self._stall_seconds = stall_seconds
         self._observers = observers
@@ -133,7 +163,7 @@ class ProcessEngineLoop:
         self._conn, child = context.Pipe()
         self._process = context.Process(
             target=_core_main,
-            args=(self._preset, self._stall_seconds, child),
+            args=(self._preset, self._stall_seconds, self._priority, child),
             name="engine-core",
             daemon=True,
         )
@@ -174,11 +204,20 @@ class ProcessEngineLoop:
         assert self._conn is not None
         while self._conn.poll():
             try:
-                record, summary, rows = self._conn.recv()
+                message = self._conn.recv()
             except EOFError:
                 if self._loop is not None:
                     self._loop.remove_reader(self._conn.fileno())
                 return
+            if message[0] == "started":
+                _, self.scheduling, self.step_thread_id = message
+                _log.info(
+                    "engine core process, step thread %d: %s",
+                    self.step_thread_id,
+                    self.scheduling,
+                )
+                continue
+            record, summary, rows = message
             running, waiting, kv_usage, preempted = summary
             self.stats.num_running, self.stats.num_waiting = running, waiting
             self.stats.kv_cache_usage = kv_usage

@@ -9,6 +9,7 @@ never piles up; modelled against actual step times are kept for benchmarks.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from service.engine.core_priority import CorePriority, request_core_priority
 from service.engine.scheduler import Scheduler, SchedulerStats, Sequence, TokenEvent
 
 __all__ = ["Clock", "EngineLoop", "MonotonicClock", "StepObserver", "StepRecord", "TokenSink"]
@@ -72,6 +74,8 @@ def _no_stall(elapsed: float) -> float:
 
 _STOP = object()
 
+_log = logging.getLogger("spanbudget.engine")
+
 
 class EngineLoop:
     """Runs `scheduler` in real time on its own thread; hands tokens to sinks on `loop`.
@@ -88,6 +92,7 @@ class EngineLoop:
         stall_seconds: Callable[[float], float] = _no_stall,
         observers: tuple[StepObserver, ...] = (),
         keep_records: int = 100_000,
+        priority: CorePriority = "normal",
     ) -> None:
         self.scheduler = scheduler
         self.clock = clock or MonotonicClock()
@@ -99,6 +104,11 @@ class EngineLoop:
         self._commands: queue.SimpleQueue[tuple[str, Sequence] | object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._priority: CorePriority = priority
+        # What the step thread runs at ("SCHED_FIFO priority 1", ...) and its OS thread id,
+        # once it has started.
+        self.scheduling: str | None = None
+        self.step_thread_id: int | None = None
 
     # -- event-loop side -------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -142,7 +152,12 @@ class EngineLoop:
                 sink.on_token(event)
 
     # -- engine-core thread ----------------------------------------------------------
+    def _started(self, scheduling: str, thread_id: int) -> None:
+        self.scheduling, self.step_thread_id = scheduling, thread_id
+        _log.info("engine core step thread %d: %s", thread_id, scheduling)
+
     def _run(self) -> None:
+        self._started(request_core_priority(self._priority), threading.get_native_id())
         started_at = self.clock.now()
         # Back to back, a step starts where the previous one ended: the bookkeeping between
         # them (tokens out, commands in, the next batch) overlaps the step, as vLLM's async

@@ -16,6 +16,7 @@ from typing import Literal
 
 from prometheus_client import CollectorRegistry
 
+from service.engine.core_priority import CorePriority
 from service.engine.core_process import ProcessEngineLoop
 from service.engine.engine_loop import Clock, EngineLoop, MonotonicClock
 from service.engine.faults import RequestFaults, TroubleMaker
@@ -109,9 +110,11 @@ class EngineRuntime:
         trouble: TroubleMaker | None = None,
         faults_enabled: bool = False,
         core: Literal["thread", "process"] = "thread",
+        core_priority: CorePriority = "realtime",
     ) -> None:
         """`core="process"` runs the scheduler in its own process, as vLLM does, so that no
         frontend work can delay a step; `scheduler` is then only used for admission checks.
+        `core_priority` is the step thread's CPU priority (see core_priority.py).
         """
         self.preset = preset
         self.perf = PerfModel(preset)
@@ -126,10 +129,14 @@ class EngineRuntime:
         self.created = int(time.time())
         # The core process keeps time with time.monotonic, the system-wide monotonic clock.
         self.clock = clock or MonotonicClock()
+        self.core = core
         self.loop: EngineLoop | ProcessEngineLoop
         if core == "process":
             self.loop = ProcessEngineLoop(
-                preset, stall_seconds=stall_seconds or _no_stall, observers=(self.metrics,)
+                preset,
+                stall_seconds=stall_seconds or _no_stall,
+                observers=(self.metrics,),
+                priority=core_priority,
             )
         else:
             self.loop = EngineLoop(
@@ -137,6 +144,7 @@ class EngineRuntime:
                 self.clock,
                 stall_seconds=stall_seconds or _no_stall,
                 observers=(self.metrics,),
+                priority=core_priority,
             )
         self._running = False
 

@@ -33,6 +33,7 @@ class EngineSettings(BaseSettings):
     output_max_tokens: int = Field(default=192, ge=1)
     stalls: list[str] = Field(default_factory=list)  # "AT:MS", seconds after start : ms
     engine_core: Literal["process", "thread"] = "process"
+    core_priority: Literal["realtime", "normal"] = "realtime"  # "realtime" where permitted
     error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     drop_rate: float = Field(default=0.0, ge=0.0, le=1.0)
 

@@ -47,6 +47,7 @@ def build_engine(
     trouble: TroubleMaker | None = None,
     stalls: StallSchedule | None = None,
     core: Literal["thread", "process"] = "thread",
+    core_priority: Literal["realtime", "normal"] = "realtime",
 ) -> Engine:
     spans = InMemorySpanExporter()
     provider = build_tracer_provider("vllm", processor=SimpleSpanProcessor(spans), env={})
@@ -61,6 +62,7 @@ def build_engine(
         trouble=trouble,
         faults_enabled=faults,
         core=core,
+        core_priority=core_priority,
     )
     return Engine(runtime, create_app(runtime), spans, registry)
 
