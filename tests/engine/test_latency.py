@@ -27,14 +27,19 @@ from .harness import StreamResult, bench_style_stream, build_engine, filler_text
 def on_some_attempt(
     measure: Callable[[], list[tuple[float, float]]], rel: float, attempts: int = 3
 ) -> None:
-    """Every (measured, predicted) pair within `rel` on at least one of `attempts` runs.
+    """Every (measured, predicted) pair within `rel`, and every check `measure` asserts,
+    on at least one of `attempts` runs.
 
     The machine is shared: a run that another process disturbed is measured again. A
     wrong model fails every attempt.
     """
-    seen = []
+    seen: list[object] = []
     for _ in range(attempts):
-        pairs = measure()
+        try:
+            pairs = measure()
+        except AssertionError as failed:  # a timing shape, e.g. "the last waited longest"
+            seen.append(f"AssertionError: {failed}")
+            continue
         if all(m == pytest.approx(p, rel=rel) for m, p in pairs):
             return
         seen.append(pairs)
