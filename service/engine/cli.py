@@ -34,7 +34,10 @@ def engine(
     seed: Annotated[int | None, typer.Option(help="Seed of the generated text.")] = None,
     stall: Annotated[
         list[str] | None,
-        typer.Option(help="AT:MS — at AT s after start, every step stalls MS ms. Repeatable."),
+        typer.Option(
+            help="AT:MS — from AT s after start the engine does no work for MS ms (steps "
+            "under way or due then wait it out). Repeatable."
+        ),
     ] = None,
     error_rate: Annotated[
         float | None, typer.Option(help="Share of requests failing at once with 500.")

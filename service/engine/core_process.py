@@ -13,12 +13,17 @@ import multiprocessing
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
 from service.engine.core_priority import CorePriority
-from service.engine.engine_loop import EngineLoop, StepObserver, StepRecord, TokenSink
+from service.engine.engine_loop import (
+    EngineLoop,
+    StallSource,
+    StepObserver,
+    StepRecord,
+    TokenSink,
+)
 from service.engine.perf_model import PerfModel
 from service.engine.presets import Preset
 from service.engine.scheduler import Scheduler, SchedulerStats, Sequence, TokenEvent
@@ -35,7 +40,7 @@ class _PipeCore(EngineLoop):
         self,
         scheduler: Scheduler,
         conn: Connection,
-        stall_seconds: Callable[[float], float],
+        stall_seconds: StallSource,
         priority: CorePriority,
     ) -> None:
         super().__init__(
@@ -50,9 +55,13 @@ class _PipeCore(EngineLoop):
         self._record: StepRecord | None = None
         self.outbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._preemptions_sent = 0
+        self._counts_sent: tuple[int, int, float] = (0, 0, 0.0)
 
     def on_step(self, record: StepRecord, stats: SchedulerStats) -> None:
         self._record = record
+
+    def on_idle(self, stats: SchedulerStats) -> None:
+        pass  # `_post` sends changed counts even without a step (an abort while idle)
 
     def _started(self, scheduling: str, thread_id: int) -> None:
         # Logging is not set up in this process: the frontend logs it.
@@ -80,11 +89,16 @@ class _PipeCore(EngineLoop):
             if not self._conn.poll(0):
                 return True
 
+    @staticmethod
+    def _counts(stats: SchedulerStats) -> tuple[int, int, float]:
+        return stats.num_running, stats.num_waiting, stats.kv_cache_usage
+
     def _post(self, events: list[TokenEvent]) -> None:
         record, self._record = self._record, None
-        if record is None and not events:
-            return
         stats = self.scheduler.stats
+        if record is None and not events and self._counts(stats) == self._counts_sent:
+            return
+        self._counts_sent = self._counts(stats)
         preempted = stats.preempted_ids[self._preemptions_sent :]
         self._preemptions_sent = len(stats.preempted_ids)
         rows = []
@@ -111,7 +125,7 @@ class _PipeCore(EngineLoop):
 
 def _core_main(
     preset: Preset,
-    stall_seconds: Callable[[float], float],
+    stall_seconds: StallSource,
     priority: CorePriority,
     conn: Connection,
 ) -> None:
@@ -137,7 +151,7 @@ class ProcessEngineLoop:
         self,
         preset: Preset,
         *,
-        stall_seconds: Callable[[float], float],
+        stall_seconds: StallSource,
         observers: tuple[StepObserver, ...] = (),
         keep_records: int = 100_000,
         priority: CorePriority = "normal",
@@ -228,6 +242,9 @@ class ProcessEngineLoop:
                 self.stats.steps += 1
                 for observer in self._observers:
                     observer.on_step(record, self.stats)
+            elif not rows:
+                for observer in self._observers:
+                    observer.on_idle(self.stats)
             for row in rows:
                 self._deliver(row)
 

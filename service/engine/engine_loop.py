@@ -21,7 +21,16 @@ from typing import Protocol
 from service.engine.core_priority import CorePriority, request_core_priority
 from service.engine.scheduler import Scheduler, SchedulerStats, Sequence, TokenEvent
 
-__all__ = ["Clock", "EngineLoop", "MonotonicClock", "StepObserver", "StepRecord", "TokenSink"]
+__all__ = [
+    "Clock",
+    "EngineLoop",
+    "MonotonicClock",
+    "StallSource",
+    "StepObserver",
+    "StepRecord",
+    "TokenSink",
+    "no_stall",
+]
 
 
 class Clock(Protocol):
@@ -50,9 +59,15 @@ class TokenSink(Protocol):
 
 
 class StepObserver(Protocol):
-    """Called on the engine-core thread after every step; must be quick and thread-safe."""
+    """Told of the scheduler's state on the engine-core thread; must be quick and thread-safe.
+
+    `on_step` follows every step. `on_idle` comes each time the engine runs out of work, so
+    that what changed without a step (a request aborted while nothing ran) is seen too.
+    """
 
     def on_step(self, record: StepRecord, stats: SchedulerStats) -> None: ...
+
+    def on_idle(self, stats: SchedulerStats) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +83,11 @@ class StepRecord:
     num_prefill_tokens: int
 
 
-def _no_stall(elapsed: float) -> float:
+# (seconds since the engine started, the step's modelled seconds) -> extra seconds it stalls
+StallSource = Callable[[float, float], float]
+
+
+def no_stall(elapsed_seconds: float, step_seconds: float) -> float:
     return 0.0
 
 
@@ -89,7 +108,7 @@ class EngineLoop:
         scheduler: Scheduler,
         clock: Clock | None = None,
         *,
-        stall_seconds: Callable[[float], float] = _no_stall,
+        stall_seconds: StallSource = no_stall,
         observers: tuple[StepObserver, ...] = (),
         keep_records: int = 100_000,
         priority: CorePriority = "normal",
@@ -176,13 +195,14 @@ class EngineLoop:
                     # the real time before sleeping, or it would wait for the next command.
                     previous_end = None
                     continue
+                self._idle()
                 now = self.clock.now()
                 timer = self.scheduler.next_timer(now)
                 timeout = None if timer is None else max(0.0, timer - now)
                 if not self._drain(block=True, timeout=timeout):
                     return
                 continue
-            stall = self._stall_seconds(now - started_at)
+            stall = self._stall_seconds(now - started_at, step.seconds)
             modelled = step.seconds + stall
             self.clock.sleep_until(now + modelled)
             end = previous_end = self.clock.now()
@@ -201,6 +221,10 @@ class EngineLoop:
             for observer in self._observers:
                 observer.on_step(record, self.scheduler.stats)
             self._post(events)
+
+    def _idle(self) -> None:
+        for observer in self._observers:
+            observer.on_idle(self.scheduler.stats)
 
     def _drain(self, *, block: bool, timeout: float | None) -> bool:
         """Apply pending commands (waiting for one if `block`); False once told to stop."""

@@ -64,19 +64,28 @@ def parse_stall(spec: str) -> tuple[float, float]:
 
 
 class StallSchedule:
-    """One-shot stalls: the first step that starts at or after each time takes that much longer.
+    """Stall windows: from AT for MS the engine does no work, as when a GPU or its host hiccups.
 
-    Every running request sees it, as when a GPU or its host hiccups.
+    A step under way at AT takes MS longer; a step due to start inside the window starts when
+    it ends; a window the engine spends idle costs nothing. Every running request sees it.
     """
 
     def __init__(self, stalls: Iterable[tuple[float, float]] = ()) -> None:
         self._pending = sorted(stalls)
 
-    def __call__(self, elapsed_seconds: float) -> float:
-        total = 0.0
-        while self._pending and self._pending[0][0] <= elapsed_seconds:
-            total += self._pending.pop(0)[1]
-        return total
+    def __call__(self, elapsed_seconds: float, step_seconds: float) -> float:
+        """How much longer a step starting at `elapsed_seconds` (from the engine's start)
+        and modelled at `step_seconds` takes, through the windows it meets."""
+        start, end = elapsed_seconds, elapsed_seconds + step_seconds
+        while self._pending and self._pending[0][0] < end:
+            at, length = self._pending.pop(0)
+            if at + length <= start:
+                continue  # passed while the engine was idle
+            if at <= start:
+                start, end = at + length, end + (at + length - start)
+            else:
+                end += length
+        return end - (elapsed_seconds + step_seconds)
 
 
 @dataclass(frozen=True)

@@ -108,12 +108,15 @@ class EngineMetrics:
         self._preemptions_seen = 0
 
     def on_step(self, record: StepRecord, stats: SchedulerStats) -> None:
-        self.running.set(stats.num_running)
-        self.waiting.set(stats.num_waiting)
-        self.kv_usage.set(stats.kv_cache_usage)
+        self.on_idle(stats)
         if stats.num_preemptions > self._preemptions_seen:
             self.preemptions.inc(stats.num_preemptions - self._preemptions_seen)
             self._preemptions_seen = stats.num_preemptions
+
+    def on_idle(self, stats: SchedulerStats) -> None:
+        self.running.set(stats.num_running)
+        self.waiting.set(stats.num_waiting)
+        self.kv_usage.set(stats.kv_cache_usage)
 
     def on_first_token(self, ttft_seconds: float) -> None:
         self.ttft.observe(ttft_seconds)

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from service.engine.core_priority import CorePriority
 from service.engine.core_process import ProcessEngineLoop
-from service.engine.engine_loop import Clock, EngineLoop, MonotonicClock
+from service.engine.engine_loop import Clock, EngineLoop, MonotonicClock, StallSource, no_stall
 from service.engine.faults import RequestFaults, TroubleMaker
 from service.engine.generation import OutputPlan, OutputPlanner
 from service.engine.metrics import EngineMetrics
@@ -28,10 +28,6 @@ from service.engine.scheduler import RequestTimings, Scheduler, Sequence, TokenE
 from service.engine.tracing import RequestSpanInfo, RequestTracer
 
 __all__ = ["EngineRuntime", "PreparedRequest", "PromptTooLong", "RequestStream"]
-
-
-def _no_stall(elapsed_seconds: float) -> float:
-    return 0.0
 
 
 class PromptTooLong(ValueError):
@@ -106,7 +102,7 @@ class EngineRuntime:
         tracer: RequestTracer,
         registry: CollectorRegistry,
         clock: Clock | None = None,
-        stall_seconds: Callable[[float], float] | None = None,
+        stall_seconds: StallSource | None = None,
         trouble: TroubleMaker | None = None,
         faults_enabled: bool = False,
         core: Literal["thread", "process"] = "thread",
@@ -134,7 +130,7 @@ class EngineRuntime:
         if core == "process":
             self.loop = ProcessEngineLoop(
                 preset,
-                stall_seconds=stall_seconds or _no_stall,
+                stall_seconds=stall_seconds or no_stall,
                 observers=(self.metrics,),
                 priority=core_priority,
             )
@@ -142,7 +138,7 @@ class EngineRuntime:
             self.loop = EngineLoop(
                 self.scheduler,
                 self.clock,
-                stall_seconds=stall_seconds or _no_stall,
+                stall_seconds=stall_seconds or no_stall,
                 observers=(self.metrics,),
                 priority=core_priority,
             )

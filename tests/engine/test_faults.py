@@ -106,24 +106,59 @@ def test_drop_rate_cuts_the_stream_mid_way(planner: OutputPlanner) -> None:
     assert engine.spans.get_finished_spans() == ()
 
 
-def test_scheduled_stall_lengthens_one_step(planner: OutputPlanner) -> None:
+def test_stall_spec_parses_and_rejects_nonsense() -> None:
     assert parse_stall("10s:500ms") == (10.0, 0.5)
-    with pytest.raises(FaultError):
-        parse_stall("soon")
-    engine = build_engine(preset(), planner, stalls=StallSchedule([(0.0, 0.2)]))
+    assert parse_stall("2:40") == (2.0, 0.04)
+    for spec in ("soon", "10", "-1:50", "3:0", "x:50"):
+        with pytest.raises(FaultError):
+            parse_stall(spec)
+
+
+@pytest.mark.parametrize(
+    ("start", "step", "stall"),
+    [
+        (0.0, 0.1, 0.0),  # wholly before the window
+        (0.95, 0.1, 0.3),  # under way at AT: the whole window is added
+        (1.1, 0.1, 0.2),  # due inside the window: waits for its end (1.3)
+        (1.0, 0.1, 0.3),  # due exactly at AT
+        (1.3, 0.1, 0.0),  # due as the window ends
+        (5.0, 0.1, 0.0),  # the window passed while the engine was idle
+    ],
+)
+def test_a_stall_window_delays_the_steps_it_meets(start: float, step: float, stall: float) -> None:
+    stalls = StallSchedule([(1.0, 0.3)])
+    assert stalls(start, step) == pytest.approx(stall)
+    assert stalls(start + step + stall, step) == 0.0  # one window, spent once
+
+
+def test_stall_windows_a_step_meets_one_after_another_add_up() -> None:
+    stalls = StallSchedule([(1.12, 0.1), (1.0, 0.1), (3.0, 0.1)])
+    # 0.95-1.05, held by the window at 1.0 until 1.15, which meets the window at 1.12.
+    assert stalls(0.95, 0.1) == pytest.approx(0.2)
+    assert stalls(2.95, 0.1) == pytest.approx(0.1)
+    assert stalls(4.0, 0.1) == 0.0
+
+
+def test_scheduled_stall_holds_the_step_under_way(
+    planner: OutputPlanner,
+) -> None:
+    # The window opens while a request is decoding: one step takes 0.3 s longer.
+    engine = build_engine(preset(), planner, stalls=StallSchedule([(0.4, 0.3)]))
+    body = {**CHAT, "max_tokens": 150}
 
     async def run() -> None:
         async with serve(engine.app) as url, httpx.AsyncClient(base_url=url) as client:
-            (await client.post("/v1/chat/completions", json=CHAT)).raise_for_status()
+            (await client.post("/v1/chat/completions", json=body)).raise_for_status()
 
     asyncio.run(run())
     records = engine.runtime.loop.records()
-    assert records[0].stall_seconds == 0.2
-    assert records[0].actual_seconds >= 0.2
-    assert all(r.stall_seconds == 0 for r in records[1:])
+    stalled = [r for r in records if r.stall_seconds > 0]
+    assert len(stalled) == 1
+    assert stalled[0].stall_seconds == pytest.approx(0.3)
+    assert stalled[0].actual_seconds >= 0.3
     (span,) = engine.spans.get_finished_spans()
     attrs = span.attributes or {}
-    assert attrs["gen_ai.latency.time_to_first_token"] >= 0.2
+    assert attrs["gen_ai.latency.e2e"] >= sum(r.actual_seconds for r in records) * 0.95
 
 
 @pytest.mark.parametrize("core", ["thread", "process"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 import httpx
 import pytest
@@ -85,7 +86,7 @@ def test_settings_read_environment_once(monkeypatch: pytest.MonkeyPatch) -> None
     assert settings.resolved_preset().mfu == 0.3
     assert settings.served_model() == "Qwen/Qwen3-8B"
     assert settings.host_port() == ("127.0.0.1", 8000)
-    assert EngineSettings(stalls=["5:100"]).stall_schedule()(5.0) == 0.1
+    assert EngineSettings(stalls=["5:100"]).stall_schedule()(5.0, 0.01) == pytest.approx(0.1)
 
 
 def test_lifespan_stops_the_engine_core_then_runs_shutdown_hooks(planner: OutputPlanner) -> None:
@@ -102,3 +103,47 @@ def test_lifespan_stops_the_engine_core_then_runs_shutdown_hooks(planner: Output
 
     asyncio.run(run())
     assert calls == [False]
+
+
+@pytest.mark.parametrize("core", ["thread", "process"])
+def test_load_gauges_fall_back_to_zero_when_the_only_request_is_abandoned(
+    planner: OutputPlanner, core: Literal["thread", "process"]
+) -> None:
+    """An abort with nothing else running takes no step; the gauges must still see it."""
+    engine = build_engine(preset(), planner, core=core)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2000, "stream": True}
+    gauges = ("vllm:num_requests_running", "vllm:kv_cache_usage_perc")
+
+    async def run() -> tuple[dict[str, float], dict[str, float]]:
+        async with serve(engine.app) as url, httpx.AsyncClient(base_url=url) as client:
+            async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+                async for line in response.aiter_lines():
+                    if '"content":"' in line:
+                        await asyncio.sleep(0.2)  # some decode steps, then hang up
+                        during = _samples(await client.get("/metrics"))
+                        break
+            deadline = asyncio.get_running_loop().time() + 2.0
+            while True:
+                after = _samples(await client.get("/metrics"))
+                if (
+                    not any(after[g] for g in gauges)
+                    or asyncio.get_running_loop().time() > deadline
+                ):
+                    return during, after
+                await asyncio.sleep(0.05)
+
+    during, after = asyncio.run(run())
+    assert during["vllm:num_requests_running"] == 1
+    assert during["vllm:kv_cache_usage_perc"] > 0
+    assert {g: after[g] for g in (*gauges, "vllm:num_requests_waiting")} == dict.fromkeys(
+        (*gauges, "vllm:num_requests_waiting"), 0.0
+    )
+
+
+def _samples(response: httpx.Response) -> dict[str, float]:
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+        if sample.name.startswith("vllm:num_requests") or sample.name == "vllm:kv_cache_usage_perc"
+    }
