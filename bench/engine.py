@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 from rich.console import Console
@@ -123,10 +124,10 @@ async def _one(client: httpx.AsyncClient, index: int, ttft: list[float], itl: li
             last = now
 
 
-async def _load(url: str, concurrency: int, requests: int) -> dict[str, float]:
+async def _load(url: str, concurrency: int, requests: int) -> dict[str, Any]:
     ttft: list[float] = []
     itl: list[float] = []
-    errors: list[int] = []
+    errors: list[str] = []
     counter = iter(range(requests))
     limits = httpx.Limits(max_connections=concurrency + 10, max_keepalive_connections=concurrency)
 
@@ -136,8 +137,8 @@ async def _load(url: str, concurrency: int, requests: int) -> dict[str, float]:
             for index in counter:
                 try:
                     await _one(client, index, ttft, itl)
-                except httpx.HTTPError:
-                    errors.append(index)
+                except httpx.HTTPError as exc:
+                    errors.append(f"request {index}: {type(exc).__name__}: {exc}")
 
         since = time.monotonic()
         started = time.perf_counter()
@@ -150,6 +151,7 @@ async def _load(url: str, concurrency: int, requests: int) -> dict[str, float]:
     return {
         "requests": requests,
         "errors": len(errors),
+        "why": errors[:3],
         "steps": len(steps),
         "batch_max": max(s["num_seqs"] for s in steps),
         "model_p50": _pct(modelled, 50),
@@ -249,6 +251,9 @@ def _run(args: argparse.Namespace) -> None:
     Console(width=230).print(table)
     floor_after = _sleep_floor()
     print("gap = actual - modelled step duration, measured by the engine core itself (no stalls)")
+    for priority, concurrency, row in rows:
+        for why in row["why"]:
+            print(f"failed, core {priority} at {concurrency} streams: {why}")
     for priority, said in scheduling.items():
         print(f"core {priority}: the step thread ran at {said}")
     by_key = {(p, c): row for p, c, row in rows}

@@ -210,7 +210,9 @@ class Scheduler:
             i += 1
         if not preempted:
             for seq in list(self.waiting):
-                if budget <= 0 or len(self.running) >= self.max_num_seqs:
+                # Held sequences (first token held back by an injected prefill delay) are
+                # still in the batch as far as vLLM's max_num_seqs is concerned.
+                if budget <= 0 or len(self.running) + len(self.held) >= self.max_num_seqs:
                     break
                 if seq.eligible_at > now:
                     continue

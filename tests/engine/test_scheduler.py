@@ -34,6 +34,24 @@ def test_max_num_seqs_bounds_the_batch() -> None:
     assert all(seq.num_output == 10 for seq in result.sequences)
 
 
+def test_sequences_held_by_a_prefill_delay_count_against_max_num_seqs() -> None:
+    scheduler = Scheduler(PerfModel(H100.with_overrides({"max_num_seqs": 2})))
+    slow = Sequence("slow", prompt_tokens=50, output_tokens=5, arrival=0.0, prefill_delay=1.0)
+    other = Sequence("other", prompt_tokens=50, output_tokens=5, arrival=0.0)
+    late = Sequence("late", prompt_tokens=50, output_tokens=5, arrival=0.0)
+    for seq in (slow, other, late):
+        scheduler.add(seq)
+    step = scheduler.schedule(0.0)
+    assert step is not None
+    assert [s.request_id for s, _ in step.entries] == ["slow", "other"]
+    scheduler.complete(step, now := step.seconds)
+    assert scheduler.held == [slow]
+    # "slow" waits out its delay, still holding its place in the batch: "late" waits too.
+    step = scheduler.schedule(now)
+    assert step is not None
+    assert [s.request_id for s, _ in step.entries] == ["other"]
+
+
 def test_full_kv_cache_preempts_the_latest_and_everyone_still_finishes() -> None:
     # 40 blocks of 16 tokens hold two of these sequences (100 prompt + 150 output) at once.
     preset = H100.with_overrides({"num_gpu_blocks": 40})
