@@ -152,7 +152,10 @@ def ingest(
     on_total: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> IngestReport:
-    """Chunk, embed in batches, upsert and build the index; idempotent for the same input."""
+    """Chunk, embed in batches, upsert and build the index; idempotent for the same input.
+
+    A document ingested again replaces its chunks: those it no longer has are deleted.
+    """
     started = time.perf_counter()
     docs = list(documents)
     chunks: list[Chunk] = [c for d in docs for c in chunk_document(d, max_chars)]
@@ -166,5 +169,6 @@ def ingest(
         store.upsert(batch, vectors)
         if on_progress is not None:
             on_progress(len(batch))
+    store.remove_stale(sorted({d.source for d in docs}), [c.id for c in chunks])
     store.build_index()
     return IngestReport(len(docs), len(chunks), time.perf_counter() - started)

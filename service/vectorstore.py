@@ -73,6 +73,11 @@ class VectorStore(Protocol):
 
     def upsert(self, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]) -> None: ...
 
+    def remove_stale(self, sources: Sequence[str], keep_ids: Sequence[str]) -> None:
+        """Delete the chunks of `sources` whose ids are not in `keep_ids` (a document that
+        shrank leaves its old tail behind otherwise)."""
+        ...
+
     def build_index(self) -> None: ...
 
     def query(
@@ -177,6 +182,17 @@ class EdgeStore:
             for c, v in zip(chunks, vectors, strict=True)
         ]
         self._open(create=True).update(qe.UpdateOperation.upsert_points(points))
+
+    def remove_stale(self, sources: Sequence[str], keep_ids: Sequence[str]) -> None:
+        import qdrant_edge as qe
+
+        if not sources:
+            return
+        stale = qe.Filter(
+            must=[qe.FieldCondition(key="source", match=qe.MatchAny(any=list(sources)))],
+            must_not=[qe.HasIdCondition(point_ids=set(keep_ids))],
+        )
+        self._open(create=True).update(qe.UpdateOperation.delete_points_by_filter(stale))
 
     def build_index(self) -> None:
         shard = self._open(create=True)
@@ -294,6 +310,18 @@ class QdrantServerStore:
             for c, v in zip(chunks, vectors, strict=True)
         ]
         self._call("upsert", self._client.upsert, self._collection, points=points, wait=True)
+
+    def remove_stale(self, sources: Sequence[str], keep_ids: Sequence[str]) -> None:
+        from qdrant_client import models
+
+        if not sources or not self.exists():
+            return
+        stale = models.Filter(
+            must=[models.FieldCondition(key="source", match=models.MatchAny(any=list(sources)))],
+            must_not=[models.HasIdCondition(has_id=list(keep_ids))],
+        )
+        selector = models.FilterSelector(filter=stale)
+        self._call("delete", self._client.delete, self._collection, selector, wait=True)
 
     def build_index(self) -> None:
         # The server indexes on its own once a segment passes its indexing threshold.

@@ -74,6 +74,27 @@ def test_ingest_twice_is_idempotent(embedder: SentenceTransformerEmbedder, tmp_p
     reopened.close()
 
 
+def test_a_document_that_shrank_loses_its_old_chunks(
+    embedder: SentenceTransformerEmbedder, tmp_path: Path
+) -> None:
+    store = EdgeStore(tmp_path / "c", collection="c", dimension=embedder.dimension)
+    long = Document(
+        "guide.md", "guide", "\n\n".join(f"Part {i}: " + "word " * 150 for i in range(4))
+    )
+    other = Document("other.md", "other", "Something else entirely.")
+    try:
+        assert ingest([long, other], embedder, store, max_chars=800).chunks == 5
+        assert store.count() == 5
+        short = Document("guide.md", "guide", "Part 0 only, now.")
+        assert ingest([short], embedder, store, max_chars=800).chunks == 1
+        # The guide's three old tail chunks are gone; the other document is untouched.
+        assert store.count() == 2
+        hits = store.query(embedder.embed(["Part 3"])[0], limit=5, hnsw_ef=64)
+        assert sorted(h.text for h in hits) == ["Part 0 only, now.", "Something else entirely."]
+    finally:
+        store.close()
+
+
 def _hits(counter: TokenCounter) -> list[Hit]:
     texts = {0.9: "alpha " * 50, 0.5: "gamma " * 50, 0.7: "beta " * 50}
     return [Hit(f"id{s}", s, t, f"s{s}", f"t{s}") for s, t in texts.items()]

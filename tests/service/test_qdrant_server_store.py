@@ -52,6 +52,21 @@ def test_qdrant_client_store_round_trip_and_client_query_span(
     provider.shutdown()
 
 
+@pytest.mark.filterwarnings("ignore:Local mode performs exact:UserWarning")
+def test_qdrant_client_store_drops_the_chunks_a_document_no_longer_has(
+    embedder: SentenceTransformerEmbedder,
+) -> None:
+    store = QdrantServerStore(
+        QdrantClient(location=":memory:"), collection="docs", dimension=embedder.dimension
+    )
+    long = Document("x.md", "x", "\n\n".join(f"Part {i}: " + "word " * 150 for i in range(3)))
+    keep = Document("y.md", "y", "Cats nap.")
+    assert ingest([long, keep], embedder, store, max_chars=800).chunks == 4
+    ingest([Document("x.md", "x", "Now short.")], embedder, store, max_chars=800)
+    assert store.count() == 2
+    store.close()
+
+
 def test_unreachable_qdrant_server_is_store_unavailable() -> None:
     settings = Settings(
         _env_file=None, qdrant_url="http://127.0.0.1:9", qdrant_check_compatibility=False
