@@ -2,10 +2,16 @@
 
 Parses requests, hands them to the `EngineRuntime`, and formats the token events as vLLM
 would: one token per streamed delta, the usage chunk when asked for, then `data: [DONE]`.
+Which fields each chunk carries, and when, follows vLLM's serving code (see protocol.py).
 """
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
+import hashlib
+import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -36,20 +42,60 @@ from service.engine.protocol import (
     DeltaMessage,
     ErrorInfo,
     ErrorResponse,
+    RequestParameterError,
     TokenChunkEncoder,
     model_card,
     random_request_id,
     sse_event,
+    system_fingerprint,
     usage,
 )
 from service.engine.runtime import EngineRuntime, PreparedRequest, PromptTooLong, RequestStream
 from service.engine.tracing import RequestSpanInfo, trace_headers
 
-__all__ = ["StreamDropped", "create_app"]
+__all__ = ["StreamDropped", "create_app", "quiet_deliberate_cuts"]
+
+log = logging.getLogger("spanbudget.engine")
+
+# What vLLM samples with when a request leaves these unset (`_DEFAULT_SAMPLING_PARAMS` in
+# its chat and completion protocol modules). A real server started with the default
+# `--generation-config auto` takes the model's generation_config.json first instead.
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_TOP_P = 1.0
 
 
 class StreamDropped(RuntimeError):
     """Raised inside a response body to cut the connection, as an injected fault."""
+
+
+# uvicorn's complaint when an app returns with its response unfinished. A dropped stream
+# does that on purpose, and says so itself, so the complaint is only noise there.
+_UVICORN_INCOMPLETE = "ASGI callable returned without completing response."
+_cut_on_purpose: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "spanbudget_engine_cut_on_purpose", default=False
+)
+
+
+class _DeliberateCutFilter(logging.Filter):
+    """Hides uvicorn's incomplete-response error for responses this app cut on purpose.
+
+    uvicorn logs it from the request's own task, right after the app returns, so the
+    context variable the app set is still visible there; every other record passes.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_cut_on_purpose.get() and record.getMessage() == _UVICORN_INCOMPLETE)
+
+
+def quiet_deliberate_cuts() -> None:
+    """Keep uvicorn from logging an error for each stream this app cut on purpose.
+
+    It changes uvicorn's logger, shared by the whole process: the process entry point calls
+    it (`spanbudget engine`, a test's server), not `create_app`.
+    """
+    server_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _DeliberateCutFilter) for f in server_log.filters):
+        server_log.addFilter(_DeliberateCutFilter())
 
 
 class _TokenStreamResponse(StreamingResponse):
@@ -57,6 +103,9 @@ class _TokenStreamResponse(StreamingResponse):
 
     A client that leaves before the first chunk is asked for gets the body cancelled before
     it runs, so the body's own clean-up never happens; vLLM aborts such requests too.
+
+    A `StreamDropped` from the body ends the response unfinished: no closing chunk, no
+    `[DONE]`, and the server closes the connection, as when the upstream process dies.
     """
 
     def __init__(self, content: AsyncIterator[bytes], stream: RequestStream) -> None:
@@ -66,21 +115,63 @@ class _TokenStreamResponse(StreamingResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
+        except StreamDropped as drop:
+            _cut_on_purpose.set(True)
+            request_id = self._stream.request.request_id
+            log.warning("%s, %s: connection closed mid-stream", drop, request_id)
         finally:
             self._stream.abort()
 
 
 class _ApiError(Exception):
-    def __init__(self, status: int, message: str, error_type: str) -> None:
+    def __init__(
+        self, status: int, message: str, error_type: str, param: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.error_type = error_type
+        self.param = param
 
 
-def _error_response(status: int, message: str, error_type: str) -> JSONResponse:
-    body = ErrorResponse(error=ErrorInfo(message=message, type=error_type, code=status))
+def _error_response(
+    status: int, message: str, error_type: str, param: str | None = None
+) -> JSONResponse:
+    body = ErrorResponse(
+        error=ErrorInfo(message=message, type=error_type, param=param, code=status)
+    )
     return JSONResponse(body.model_dump(), status_code=status)
+
+
+def _validation_error(exc: RequestValidationError) -> JSONResponse:
+    """vLLM's answer to a request its models reject: 400, type `Bad Request`, and `param`
+    naming the field (the one a validator blamed, else the first error's location).
+
+    The message lists locations and reasons only: echoing the input would put prompt text
+    into error bodies and the logs that keep them.
+    """
+    errors = exc.errors()
+    param = next(
+        (
+            error["ctx"]["error"].parameter
+            for error in errors
+            if isinstance(error.get("ctx", {}).get("error"), RequestParameterError)
+        ),
+        None,
+    )
+    if param is None and errors:
+        param = ".".join(str(part) for part in errors[0].get("loc", ()))
+    label = "error" if len(errors) == 1 else "errors"
+    lines = [f"{len(errors)} validation {label}:"]
+    lines += [f"  {'.'.join(map(str, e.get('loc', ())))}: {e.get('msg', '')}" for e in errors]
+    return _error_response(400, "\n".join(lines), "Bad Request", param)
+
+
+def _config_hash(runtime: EngineRuntime) -> str:
+    """Stands in for vLLM's `VllmConfig.compute_hash()`: changes with the served model and
+    with any modelled hardware or engine setting."""
+    config = {"model": runtime.model_name, **dataclasses.asdict(runtime.preset)}
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
 def create_app(
@@ -100,14 +191,17 @@ def create_app(
             hook()
 
     app = FastAPI(title="spanbudget engine emulator (vLLM-compatible)", lifespan=lifespan)
+    fingerprint = system_fingerprint(
+        tensor_parallel_size=runtime.preset.num_gpus, config_hash=_config_hash(runtime)
+    )
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error_response(400, str(exc.errors()), "BadRequestError")
+        return _validation_error(exc)
 
     @app.exception_handler(_ApiError)
     async def api_error(request: Request, exc: _ApiError) -> JSONResponse:
-        return _error_response(exc.status, exc.message, exc.error_type)
+        return _error_response(exc.status, exc.message, exc.error_type, exc.param)
 
     @app.get("/health")
     async def health() -> Response:
@@ -154,21 +248,26 @@ def create_app(
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, raw: Request) -> Response:
-        prompt = render_chat_prompt(body.messages)
+        prompt = render_chat_prompt(body.messages, runtime.preset.chat_template)
         prepared = _prepare(runtime, raw, body, "chatcmpl", prompt, body.token_limit)
         stream = runtime.submit(prepared)
         created = int(time.time())
         model = runtime.model_name
-        pieces = prepared.plan.pieces
+        num_tokens = prepared.plan.num_tokens
         finish_reason = prepared.plan.finish_reason
+        include_usage = _include_usage(body)
 
         def chunk(text: str, done: bool) -> BaseModel:
+            # vLLM's chat stream generator sets `stop_reason` on the finishing choice only,
+            # and stamps the fingerprint there when no usage chunk is to follow.
+            finish: dict[str, Any] = {"finish_reason": None}
+            if done:
+                finish = {"finish_reason": finish_reason, "stop_reason": None}
+            top: dict[str, Any] = {}
+            if done and not include_usage:
+                top["system_fingerprint"] = fingerprint
             choice = ChatStreamChoice(
-                index=0,
-                delta=DeltaMessage(content=text),
-                logprobs=None,
-                finish_reason=finish_reason if done else None,
-                **({"stop_reason": None} if done else {}),
+                index=0, delta=DeltaMessage(content=text), logprobs=None, token_ids=None, **finish
             )
             return ChatCompletionStreamResponse(
                 id=prepared.request_id,
@@ -176,6 +275,7 @@ def create_app(
                 created=created,
                 model=model,
                 choices=[choice],
+                **top,
             )
 
         if body.stream:
@@ -192,6 +292,8 @@ def create_app(
                         finish_reason=None,
                     )
                 ],
+                prompt_token_ids=None,
+                prompt_text=None,
             )
             final = ChatCompletionStreamResponse(
                 id=prepared.request_id,
@@ -199,18 +301,26 @@ def create_app(
                 created=created,
                 model=model,
                 choices=[],
-                usage=usage(prepared.prompt_tokens, len(pieces)),
+                usage=usage(prepared.prompt_tokens, num_tokens),
+                system_fingerprint=fingerprint,
             )
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return _streaming(stream, chunk, first=role, final=final if include_usage else None)
+            return _streaming(
+                stream,
+                chunk,
+                first=sse_event(role),
+                final=sse_event(final, exclude_none=True) if include_usage else None,
+            )
         await _collect(stream)
-        message = ChatMessage(role="assistant", content=prepared.plan.text)
+        message = ChatMessage(role="assistant", content=prepared.plan.text, reasoning=None)
         response = ChatCompletionResponse(
             id=prepared.request_id,
             created=created,
             model=model,
-            choices=[ChatChoice(index=0, message=message, finish_reason=finish_reason)],
-            usage=usage(prepared.prompt_tokens, len(pieces)),
+            choices=[
+                ChatChoice(index=0, message=message, finish_reason=finish_reason, stop_reason=None)
+            ],
+            usage=usage(prepared.prompt_tokens, num_tokens),
+            system_fingerprint=fingerprint,
         )
         return JSONResponse(response.model_dump())
 
@@ -223,24 +333,34 @@ def create_app(
         elif isinstance(body.prompt, list):
             if len(body.prompt) != 1:
                 message = "the emulator serves one prompt per request"
-                raise _ApiError(400, message, "BadRequestError")
+                raise _ApiError(400, message, "BadRequestError", "prompt")
             prompt = str(body.prompt[0])
         else:
             prompt = body.prompt
-        prepared = _prepare(runtime, raw, body, "cmpl", prompt, body.max_tokens, prompt_tokens)
+        # vLLM hands each prompt of a completion to the engine as `<id>-<index>`, so that is
+        # the id its span carries.
+        prepared = _prepare(
+            runtime, raw, body, "cmpl", prompt, body.max_tokens, prompt_tokens, engine_suffix="-0"
+        )
         stream = runtime.submit(prepared)
         created = int(time.time())
         model = runtime.model_name
-        pieces = prepared.plan.pieces
+        num_tokens = prepared.plan.num_tokens
         finish_reason = prepared.plan.finish_reason
+        include_usage = _include_usage(body)
 
         def chunk(text: str, done: bool) -> BaseModel:
+            top: dict[str, Any] = {}
+            if done and not include_usage:
+                top["system_fingerprint"] = fingerprint
             choice = CompletionStreamChoice(
                 index=0,
                 text=text,
                 logprobs=None,
                 finish_reason=finish_reason if done else None,
                 stop_reason=None,
+                prompt_token_ids=None,
+                token_ids=None,
             )
             return CompletionStreamResponse(
                 id=prepared.request_id,
@@ -248,32 +368,45 @@ def create_app(
                 created=created,
                 model=model,
                 choices=[choice],
+                **top,
             )
 
         if body.stream:
             final = CompletionStreamResponse(
                 id=prepared.request_id,
-                object="text_completion",
                 created=created,
                 model=model,
                 choices=[],
-                usage=usage(prepared.prompt_tokens, len(pieces)),
+                usage=usage(prepared.prompt_tokens, num_tokens),
+                system_fingerprint=fingerprint,
             )
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return _streaming(stream, chunk, first=None, final=final if include_usage else None)
+            # vLLM dumps this one with `exclude_unset=False`: defaults such as `object`
+            # appear even though the serving code left them unset.
+            usage_chunk = sse_event(final, exclude_unset=False, exclude_none=True)
+            return _streaming(
+                stream, chunk, first=None, final=usage_chunk if include_usage else None
+            )
         await _collect(stream)
         response = CompletionResponse(
             id=prepared.request_id,
             created=created,
             model=model,
             choices=[
-                CompletionChoice(index=0, text=prepared.plan.text, finish_reason=finish_reason)
+                CompletionChoice(
+                    index=0, text=prepared.plan.text, finish_reason=finish_reason, stop_reason=None
+                )
             ],
-            usage=usage(prepared.prompt_tokens, len(pieces)),
+            usage=usage(prepared.prompt_tokens, num_tokens),
+            system_fingerprint=fingerprint,
         )
         return JSONResponse(response.model_dump())
 
     return app
+
+
+def _include_usage(body: ChatCompletionRequest | CompletionRequest) -> bool:
+    """vLLM's `should_include_usage` without `--enable-force-include-usage`."""
+    return bool(body.stream_options and body.stream_options.include_usage)
 
 
 def _prepare(
@@ -284,22 +417,26 @@ def _prepare(
     prompt: str,
     max_tokens: int | None,
     prompt_tokens: int | None = None,
+    *,
+    engine_suffix: str = "",
 ) -> PreparedRequest:
     if body.model and body.model != runtime.model_name:
         raise _ApiError(404, f"The model `{body.model}` does not exist.", "NotFoundError")
     if body.n not in (None, 1):
-        raise _ApiError(400, "the emulator supports n=1 only", "BadRequestError")
+        raise _ApiError(400, "the emulator supports n=1 only", "BadRequestError", "n")
     if prompt_tokens is None:
         prompt_tokens = runtime.planner.count_prompt(prompt)
     room = runtime.preset.max_model_len - prompt_tokens
+    # vLLM's `get_max_tokens`: the client's cap, else whatever the context leaves.
+    limit = max_tokens if max_tokens is not None else room
     try:
+        # A stated cap must fit the context; without one the prompt must leave room for a
+        # token, and the planned output is checked once it is known.
         if max_tokens is not None:
             runtime.check_fits(prompt_tokens, max_tokens)
         elif room < 1:
             runtime.check_fits(prompt_tokens, 1)
-        plan = runtime.planner.plan(
-            prompt, max_tokens=max_tokens if max_tokens is not None else room, seed=body.seed
-        )
+        plan = runtime.planner.plan(prompt, max_tokens=limit, seed=body.seed)
         runtime.check_fits(prompt_tokens, plan.num_tokens)
     except PromptTooLong as exc:
         raise _ApiError(400, str(exc), "BadRequestError") from None
@@ -308,17 +445,19 @@ def _prepare(
         raise _ApiError(500, "injected engine failure (--error-rate)", "InternalServerError")
     delays = parse_delay_header(raw.headers.get(DELAY_HEADER)) if runtime.faults_enabled else {}
     request_id = random_request_id(id_prefix)
+    # The span reports the sampling parameters the engine ran with, as vLLM's output
+    # processor reads them off the request's SamplingParams.
     return PreparedRequest(
         request_id=request_id,
         prompt_tokens=prompt_tokens,
         plan=plan,
         span=RequestSpanInfo(
-            request_id=request_id,
+            request_id=request_id + engine_suffix,
             trace_headers=trace_headers(raw.headers),
-            max_tokens=body.max_tokens,
-            temperature=body.temperature,
-            top_p=body.top_p,
-            n=body.n,
+            max_tokens=limit,
+            temperature=DEFAULT_TEMPERATURE if body.temperature is None else body.temperature,
+            top_p=DEFAULT_TOP_P if body.top_p is None else body.top_p,
+            n=1 if body.n is None else body.n,
         ),
         queue_delay=delays.get("queue", 0.0),
         prefill_delay=delays.get("prefill", 0.0),
@@ -342,8 +481,8 @@ def _streaming(
     stream: RequestStream,
     chunk: Callable[[str, bool], BaseModel],
     *,
-    first: BaseModel | None,
-    final: BaseModel | None,
+    first: bytes | None,
+    final: bytes | None,
 ) -> StreamingResponse:
     drop_after = stream.request.faults.drop_after_tokens
     pieces = stream.request.plan.pieces
@@ -357,7 +496,7 @@ def _streaming(
                 out: list[bytes] = []
                 if pending_first is not None:
                     # vLLM sends the role delta together with the first token.
-                    out.append(sse_event(pending_first))
+                    out.append(pending_first)
                     pending_first = None
                 for event in batch:
                     out.append(encoder.encode(pieces[event.index], event.finished))
@@ -366,9 +505,9 @@ def _streaming(
                         break
                 yield b"".join(out)
                 if drop_after is not None and sent >= drop_after:
-                    raise StreamDropped(f"injected stream drop after {sent} tokens")
+                    raise StreamDropped(f"injected stream drop after {sent} tokens (--drop-rate)")
             if final is not None:
-                yield sse_event(final)
+                yield final
             yield SSE_DONE
         finally:
             stream.abort()

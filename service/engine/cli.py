@@ -174,7 +174,7 @@ def _serve(settings: Any, preset: Any, host: str, port: int) -> None:
     import uvicorn
     from prometheus_client import CollectorRegistry
 
-    from service.engine.api import create_app
+    from service.engine.api import create_app, quiet_deliberate_cuts
     from service.engine.faults import TroubleMaker
     from service.engine.generation import OutputPlanner
     from service.engine.runtime import EngineRuntime
@@ -220,6 +220,7 @@ def _serve(settings: Any, preset: Any, host: str, port: int) -> None:
     # a step ends, not after the default 5 ms of frontend work.
     sys.setswitchinterval(0.0005)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    quiet_deliberate_cuts()
     log.info(
         "engine emulator serving %s (preset %s: %s) on http://%s:%d/v1, faults %s",
         runtime.model_name,

@@ -27,8 +27,20 @@ def _content_text(content: Any) -> str:
     return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
 
 
-def render_chat_prompt(messages: Sequence[dict[str, Any]]) -> str:
-    """Qwen's ChatML chat template with the generation prompt, as vLLM applies it."""
+# Qwen2.5-Instruct's chat template opens with this system message when the request has
+# none (tokenizer_config.json of the Qwen2.5 Instruct models); Qwen3's template adds none.
+QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+def render_chat_prompt(messages: Sequence[dict[str, Any]], template: str = "qwen3") -> str:
+    """Qwen's ChatML chat template with the generation prompt, as vLLM applies it.
+
+    `template` is the preset's: "qwen3", or "qwen2.5" with its default system message.
+    """
+    if template not in ("qwen3", "qwen2.5"):
+        raise ValueError(f"unknown chat template {template!r}: expected qwen3 or qwen2.5")
+    if template == "qwen2.5" and (not messages or messages[0].get("role") != "system"):
+        messages = [{"role": "system", "content": QWEN25_DEFAULT_SYSTEM}, *messages]
     parts = [
         f"<|im_start|>{m.get('role', 'user')}\n{_content_text(m.get('content'))}<|im_end|>\n"
         for m in messages

@@ -54,6 +54,7 @@ class Preset:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 1024
     num_gpu_blocks: int = 0  # 0: derived from memory, as vLLM's profiler does
+    chat_template: str = "qwen3"  # how chat messages become the prompt (generation.py)
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -67,6 +68,8 @@ class Preset:
             raise PresetError("mfu and mbu must lie in (0, 1]")
         if self.block_size < 1 or self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
             raise PresetError("block_size, max_num_batched_tokens and max_num_seqs must be >= 1")
+        if self.chat_template not in ("qwen3", "qwen2.5"):
+            raise PresetError(f"chat_template must be qwen3 or qwen2.5, got {self.chat_template!r}")
         if self.kv_capacity_blocks < 1:
             raise PresetError(f"preset {self.name!r}: the weights leave no memory for a KV cache")
 
@@ -99,13 +102,17 @@ class Preset:
 # Sources.
 # GPUs (NVIDIA datasheets; the datasheets quote sparse Tensor Core figures, halved here):
 #   H100 SXM5 80 GB: BF16 989 TFLOPS, FP8 1,979 TFLOPS dense; HBM3 3.35 TB/s.
+#     https://www.nvidia.com/en-us/data-center/h100/
 #   A100 SXM4 80 GB: BF16 312 TFLOPS dense; HBM2e 2,039 GB/s.
+#     https://www.nvidia.com/en-us/data-center/a100/
 #   L4 24 GB: BF16 121 TFLOPS dense (242 with sparsity); GDDR6 300 GB/s.
+#     https://www.nvidia.com/en-us/data-center/l4/
 # Models (config.json and model cards on Hugging Face):
 #   Qwen/Qwen3-8B: 8.2 B parameters, 36 layers, 32 query / 8 KV heads, head_dim 128,
-#     max_position_embeddings 40,960.
+#     max_position_embeddings 40,960. https://huggingface.co/Qwen/Qwen3-8B
 #   Qwen/Qwen2.5-72B-Instruct: 72.7 B parameters, 80 layers, 64 query / 8 KV heads,
 #     head_dim 128, 32,768 context; FP8 weights as vLLM's `--quantization fp8` makes them.
+#     https://huggingface.co/Qwen/Qwen2.5-72B-Instruct
 # Engine limits: vLLM V1 defaults for `vllm serve` (engine/arg_utils.py): 8,192 batched
 #   tokens and 1,024 sequences on GPUs with >= 70 GiB, 2,048 and 256 below that.
 # Efficiencies are estimates, not measurements: large-GEMM prefill reaches roughly half of
@@ -160,6 +167,7 @@ PRESETS: dict[str, Preset] = {
             mfu=0.4,
             mbu=0.7,
             step_overhead_ms=2.5,
+            chat_template="qwen2.5",
         ),
         Preset(
             name="qwen3-8b-a100",

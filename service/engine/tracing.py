@@ -55,7 +55,13 @@ def trace_headers(headers: Mapping[str, str]) -> dict[str, str] | None:
 
 @dataclass(frozen=True)
 class RequestSpanInfo:
-    """What the span needs from the request besides its timings."""
+    """What the span needs from the request besides its timings.
+
+    `request_id` is the id the engine got (vLLM's `external_req_id`). The sampling fields
+    are the ones the engine ran with, not the ones the client sent: vLLM's output processor
+    reads them off the request's SamplingParams, where the API server has already filled
+    in defaults and the output limit (vllm/v1/engine/output_processor.py, `RequestState`).
+    """
 
     request_id: str
     trace_headers: dict[str, str] | None
@@ -93,7 +99,7 @@ class RequestTracer:
                 GEN_AI_LATENCY_TIME_IN_MODEL_INFERENCE: timings.time_in_model_inference,
             }
         )
-        # vLLM sets these only when truthy: a temperature of 0 is absent.
+        # vLLM's `do_tracing` sets these only when truthy: a temperature of 0 is absent.
         optional: dict[str, float | int | None] = {
             GEN_AI_REQUEST_TOP_P: info.top_p,
             GEN_AI_REQUEST_MAX_TOKENS: info.max_tokens,

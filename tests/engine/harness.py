@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from service.engine.api import create_app
+from service.engine.api import create_app, quiet_deliberate_cuts
 from service.engine.faults import StallSchedule, TroubleMaker
 from service.engine.generation import OutputPlanner
 from service.engine.presets import PRESETS, Preset
@@ -70,6 +70,7 @@ def build_engine(
 @contextlib.asynccontextmanager
 async def serve(app: FastAPI) -> AsyncIterator[str]:
     """Run `app` (lifespan included) under uvicorn on 127.0.0.1:<free port>, in this loop."""
+    quiet_deliberate_cuts()  # as `spanbudget engine` does at start-up
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

@@ -101,3 +101,44 @@ def test_without_traceparent_the_span_is_a_root_and_baggage_alone_is_ignored(
     assert len(spans) == 2
     assert all(span.parent is None for span in spans)
     assert spans[0].context.trace_id != spans[1].context.trace_id
+
+
+def test_sampling_attributes_are_the_ones_the_engine_ran_with(planner: OutputPlanner) -> None:
+    """vLLM reads them off the effective SamplingParams: the output limit is always there,
+    `max_completion_tokens` wins over `max_tokens`, and unset knobs show their defaults."""
+    spans, _ = _run(
+        planner,
+        [
+            ({}, {}),
+            ({}, {"max_completion_tokens": 12, "max_tokens": 30, "temperature": 0.7, "n": 1}),
+        ],
+    )
+    unset, capped = (span.attributes or {} for span in spans)
+    room = 40960 - int(unset["gen_ai.usage.prompt_tokens"])
+    assert unset["gen_ai.request.max_tokens"] == room
+    assert unset["gen_ai.request.temperature"] == 1.0
+    assert unset["gen_ai.request.top_p"] == 1.0
+    assert unset["gen_ai.request.n"] == 1
+    assert capped["gen_ai.request.max_tokens"] == 12
+    assert capped["gen_ai.usage.completion_tokens"] == 12
+    assert capped["gen_ai.request.temperature"] == 0.7
+    assert capped["gen_ai.request.top_p"] == 1.0
+
+
+def test_completions_span_carries_the_engine_request_id(planner: OutputPlanner) -> None:
+    """vLLM submits each prompt of a completion as `<response id>-<index>`, and the span
+    reports that id; the default output limit of a completion is 16."""
+    engine = build_engine(preset("qwen3-8b-a100"), planner)
+
+    async def run() -> str:
+        async with serve(engine.app) as url, httpx.AsyncClient(base_url=url) as client:
+            response = await client.post("/v1/completions", json={"prompt": filler_text(50)})
+            response.raise_for_status()
+            return str(response.json()["id"])
+
+    response_id = asyncio.run(run())
+    (span,) = engine.spans.get_finished_spans()
+    attrs = span.attributes or {}
+    assert response_id.startswith("cmpl-")
+    assert attrs["gen_ai.request.id"] == f"{response_id}-0"
+    assert attrs["gen_ai.request.max_tokens"] == 16
