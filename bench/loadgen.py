@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import socket
 import sys
 import time
 from pathlib import Path
@@ -32,15 +33,19 @@ from collector.loadtest.runner import RunSettings, run_requests  # noqa: E402
 from collector.loadtest.schedule import Arrival, Phase, build_schedule  # noqa: E402
 from collector.stats import percentile  # noqa: E402
 
-PORT = 18431
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
-def _serve() -> None:
+def _serve(port: int) -> None:
     import uvicorn
 
     from tests.sse_server import Stall, sse_app
 
-    uvicorn.run(sse_app(Stall()), host="127.0.0.1", port=PORT, log_level="error")
+    uvicorn.run(sse_app(Stall()), host="127.0.0.1", port=port, log_level="error")
 
 
 def _wait_up(url: str) -> None:
@@ -54,12 +59,12 @@ def _wait_up(url: str) -> None:
     raise SystemExit(f"server at {url} did not start")
 
 
-def measure(rate: float, seconds: float, arrival: Arrival) -> dict[str, float]:
+def measure(base_url: str, rate: float, seconds: float, arrival: Arrival) -> dict[str, float]:
     schedule = build_schedule([Phase("p", rate, duration_s=seconds)], arrival, seed=1)
     requests = [ChatRequest(i, p, at, "hello", 4) for i, (at, p) in enumerate(schedule)]
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
-    settings = RunSettings(f"http://127.0.0.1:{PORT}/v1/chat/completions", "m", "bench")
+    settings = RunSettings(f"{base_url}/v1/chat/completions", "m", "bench")
     records = asyncio.run(run_requests(requests, settings, provider.get_tracer("bench")))
     provider.shutdown()
     lags = sorted((r.sent_s - r.scheduled_s) * 1000 for r in records)
@@ -77,17 +82,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
-    server = multiprocessing.get_context("spawn").Process(target=_serve, daemon=True)
+    port = _free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(port,), daemon=True)
     server.start()
     try:
-        _wait_up(f"http://127.0.0.1:{PORT}/v1/models")
+        _wait_up(f"{base_url}/v1/models")
         table = Table(title=f"send lag behind schedule, {args.seconds:g} s per row")
         for column in ("arrival", "rate /s", "requests", "errors", "p50 ms", "p99 ms", "max ms"):
             table.add_column(column, justify="right")
         results = []
         for arrival in (Arrival.CONSTANT, Arrival.POISSON):
             for rate in (50.0, 200.0):
-                r = measure(rate, args.seconds, arrival)
+                r = measure(base_url, rate, args.seconds, arrival)
                 results.append((arrival, rate, r))
                 table.add_row(
                     arrival.value,
