@@ -32,7 +32,9 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("SPANBUDGET_LLM_BASE_URL", "LLM_BASE_URL", "llm_base_url"),
     )
     llm_api_key: str = ""
-    llm_model: str = "Qwen/Qwen2.5-0.5B-Instruct"
+    # Listed by the gateway's /v1/models when the upstream cannot be asked: by default the
+    # model the engine emulator serves (its default preset's).
+    llm_model: str = "Qwen/Qwen3-8B"
     llm_provider: str = "vllm"
     llm_timeout_seconds: float = 60.0
     llm_max_connections: int = 100

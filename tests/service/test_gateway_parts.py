@@ -7,6 +7,7 @@ import time
 import jwt
 import pytest
 
+from service.engine.settings import EngineSettings
 from service.faults import FaultPlan, parse_delay_header
 from service.gateway.auth import Authenticator, AuthError, key_id
 from service.gateway.ratelimit import TokenBucketLimiter
@@ -85,6 +86,14 @@ def test_delay_header_parsing_keeps_gateway_keys_only_when_enabled() -> None:
     }
     assert dict(FaultPlan.from_header(header, enabled=False).delays_ms) == {}
     assert parse_delay_header("retrieval=999999") == {"retrieval": 10_000.0}
+
+
+def test_default_model_is_the_one_the_default_engine_serves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("SPANBUDGET_LLM_MODEL", "SPANBUDGET_ENGINE_MODEL", "SPANBUDGET_ENGINE_PRESET"):
+        monkeypatch.delenv(name, raising=False)
+    assert Settings(_env_file=None).llm_model == EngineSettings().served_model()
 
 
 def test_settings_come_from_env_once(monkeypatch: pytest.MonkeyPatch) -> None:
