@@ -21,8 +21,8 @@ import multiprocessing
 import os
 import socket
 import statistics
-import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +32,8 @@ from typing import Any
 import httpx
 from rich.console import Console
 from rich.table import Table
+
+from spanbudget.processes import Child, Supervisor
 
 PROMPT_TEXT = (
     "Context: the scheduler batches decode tokens of running sequences with prefill chunks "
@@ -61,36 +63,26 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def _engine(preset: str, core_priority: str) -> Iterator[str]:
+    """`spanbudget engine` in its own process, its spans sent to a sink that drops them."""
     sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
     threading.Thread(target=sink.serve_forever, daemon=True).start()
     port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [str(Path(sys.executable).parent / "spanbudget"), "engine",
+               "--listen", f"127.0.0.1:{port}", "--preset", preset,
+               "--core-priority", core_priority]  # fmt: skip
     env = {
-        **os.environ,
         "HF_HUB_OFFLINE": "1",
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.server_address[1]}",
     }
-    command = [str(Path(sys.executable).parent / "spanbudget"), "engine"]
-    if os.environ.get("BENCH_WRAP"):
-        command = [sys.executable, os.environ["BENCH_WRAP"], "engine"]
-    command += ["--listen", f"127.0.0.1:{port}", "--preset", preset]
-    command += ["--core-priority", core_priority]
-    process = subprocess.Popen(command, env=env, stderr=None, text=True)
-    url = f"http://127.0.0.1:{port}"
+    log = Path(tempfile.mkdtemp(prefix="spanbudget-bench-engine-")) / "engine.log"
+    supervisor = Supervisor()
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"engine exited: {process.stderr.read() if process.stderr else ''}"
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.2)
+        supervisor.start(Child("engine", command, f"{url}/health", log, env))
+        supervisor.wait_healthy(supervisor.children[0], 60)
         yield url
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        supervisor.stop_all()
         sink.shutdown()
 
 

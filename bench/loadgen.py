@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import socket
 import sys
 import time
 from pathlib import Path
@@ -32,12 +31,7 @@ from collector.loadtest.client import ChatRequest  # noqa: E402
 from collector.loadtest.runner import RunSettings, run_requests  # noqa: E402
 from collector.loadtest.schedule import Arrival, Phase, build_schedule  # noqa: E402
 from collector.stats import percentile  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.servers import free_port  # noqa: E402
 
 
 def _serve(port: int) -> None:
@@ -82,7 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
-    port = _free_port()
+    port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     server = multiprocessing.get_context("spawn").Process(target=_serve, args=(port,), daemon=True)
     server.start()

@@ -1,15 +1,35 @@
-"""An ASGI app under uvicorn in a thread, on 127.0.0.1: the real network hop for tests."""
+"""Loopback servers for tests: an ASGI app under uvicorn in a thread (the real network hop),
+a free port for a process to listen on, and waiting until something has happened."""
 
 from __future__ import annotations
 
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import uvicorn
 
-__all__ = ["ServerThread"]
+__all__ = ["ServerThread", "free_port", "wait_until"]
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago (for a process that binds it itself)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(
+    check: Callable[[], object], what: str, timeout: float = 15.0, every: float = 0.05
+) -> None:
+    """Poll `check` until it is truthy; fail the test naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(every)
 
 
 class ServerThread:

@@ -4,7 +4,6 @@ Alertmanager (Debian's, started here on 127.0.0.1), retried while it is down."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import threading
 import time
@@ -21,17 +20,12 @@ from collector.alerts.wiring import build_alerting
 from collector.budget_file import load_budget
 from tests.collector.harness import running_collector
 from tests.otlp_build import to_request
+from tests.servers import free_port, wait_until
 from tests.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 BUDGET = load_budget(REPO / "budget.yaml").budget
 PROTOBUF = "application/x-protobuf"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Alertmanager:
@@ -91,14 +85,6 @@ def alertmanager(debian_binary: Callable[[str], str], tmp_path: Path) -> Iterato
         manager.stop()
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def send_traces(url: str, start: int, count: int, **extra: float) -> list[str]:
     ids = [f"{i:032x}" for i in range(start, start + count)]
     spans = [s for trace_id in ids for s in rag_trace(trace_id=trace_id, **extra).spans]
@@ -129,7 +115,7 @@ def test_retrieval_overruns_page_once_and_resolve(
     try:
         with running_collector(tmp_path, listeners=[alerting.engine]) as collector:
             bad = send_traces(collector.url, 1, 30, retrieval=30)  # retrieval 48 ms > 40
-            wait_for(lambda: alertmanager.alerts(severity="page") != [], what="the page")
+            wait_until(lambda: alertmanager.alerts(severity="page") != [], what="the page")
             time.sleep(1.5)  # a re-send or two must not add alerts
             pages = alertmanager.alerts(severity="page")
             assert len(pages) == 1
@@ -159,7 +145,7 @@ def test_retrieval_overruns_page_once_and_resolve(
             for i in range(12):
                 send_traces(collector.url, 1000 + i * 5, 5)
                 time.sleep(0.15)
-            wait_for(
+            wait_until(
                 lambda: alertmanager.alerts(severity="page") == [],
                 what="the page to resolve",
             )
@@ -179,10 +165,10 @@ def test_sends_are_retried_while_alertmanager_is_down(
         with running_collector(tmp_path, listeners=[alerting.engine]) as collector:
             alertmanager.stop()
             send_traces(collector.url, 1, 30, retrieval=30)
-            wait_for(lambda: len(failures) >= 2, what="failed sends")
+            wait_until(lambda: len(failures) >= 2, what="failed sends")
             assert set(failures) == {"alertmanager"}
             alertmanager.start()
-            wait_for(lambda: alertmanager.alerts(severity="page") != [], what="the late page")
+            wait_until(lambda: alertmanager.alerts(severity="page") != [], what="the late page")
             assert alertmanager.alerts(severity="page")[0]["labels"]["stage"] == "retrieval"
     finally:
         alerting.close()
@@ -213,7 +199,7 @@ def test_late_and_duplicate_spans_never_alert_twice(tmp_path: Path) -> None:
     try:
         with running_collector(tmp_path, listeners=[alerting.engine]) as collector:
             bad = send_traces(collector.url, 1, 20, retrieval=30)
-            wait_for(lambda: handler.received != [], what="the webhook")
+            wait_until(lambda: handler.received != [], what="the webhook")
             for trace_id in bad[:5]:
                 collector.verdict(trace_id)
 
@@ -226,7 +212,7 @@ def test_late_and_duplicate_spans_never_alert_twice(tmp_path: Path) -> None:
                 ]
 
             # Let the page resolve first: while it fires, a second burn could not show.
-            wait_for(lambda: pages("resolved") != [], timeout=20, what="the page to resolve")
+            wait_until(lambda: pages("resolved") != [], timeout=20, what="the page to resolve")
             # The same spans again (duplicates, late spans of decided traces), twice over:
             # were they judged again, 20 overruns in the short window would page anew.
             for _ in range(2):

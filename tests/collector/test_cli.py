@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,24 +16,11 @@ import pytest
 
 from collector.live.store import VerdictStore
 from tests.collector.harness import BUDGET, otlp_request
+from tests.servers import free_port, wait_until
 from tests.traces import rag_trace
 
 SPANBUDGET = Path(sys.executable).parent / "spanbudget"
 PROTOBUF = "application/x-protobuf"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_for(predicate: object, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _judged(client: httpx.Client, trace_id: str) -> dict:  # type: ignore[type-arg]
@@ -47,7 +33,7 @@ def _judged(client: httpx.Client, trace_id: str) -> dict:  # type: ignore[type-a
         found.update(response.json() if response.status_code == 200 else {})
         return response.status_code == 200
 
-    _wait_for(ready, f"verdict {trace_id}")
+    wait_until(ready, f"verdict {trace_id}")
     return found
 
 
@@ -57,7 +43,7 @@ def test_collect_reloads_on_sighup_and_flushes_on_sigterm(tmp_path: Path) -> Non
     original = BUDGET.read_text()
     budget.write_text(original)
     log_path = tmp_path / "collect.log"
-    port = _free_port()
+    port = free_port()
     args = [
         str(SPANBUDGET),
         "collect",
@@ -95,20 +81,20 @@ def test_collect_reloads_on_sighup_and_flushes_on_sigterm(tmp_path: Path) -> Non
                 except httpx.TransportError:
                     return False
 
-            _wait_for(up, "the collector to listen")
+            wait_until(up, "the collector to listen")
             assert f"listening on http://127.0.0.1:{port}" in log_path.read_text()
             assert "decision wait 0.2s" in log_path.read_text()
             assert _judged(client, "1" * 32)["budget"] == "rag-ttft"
 
             budget.write_text(original.replace("target_ms: 20", "target_ms: 90"))  # > limit
             process.send_signal(signal.SIGHUP)
-            _wait_for(lambda: "budget reload failed" in log_path.read_text(), "reload error")
+            wait_until(lambda: "budget reload failed" in log_path.read_text(), "reload error")
             assert "keeping 'rag-ttft'" in log_path.read_text()
             assert _judged(client, "2" * 32)["budget"] == "rag-ttft"
 
             budget.write_text(original.replace("name: rag-ttft", "name: rag-ttft-v2"))
             process.send_signal(signal.SIGHUP)
-            _wait_for(lambda: "budget reloaded" in log_path.read_text(), "reload")
+            wait_until(lambda: "budget reloaded" in log_path.read_text(), "reload")
             assert _judged(client, "3" * 32)["budget"] == "rag-ttft-v2"
 
             # A trace whose root never arrives is held (max age 60 s) until shutdown.

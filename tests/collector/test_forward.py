@@ -3,9 +3,7 @@ downstream that is down for a while loses nothing within the queue bound."""
 
 from __future__ import annotations
 
-import socket
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +23,7 @@ from collector.semconv import (
 from collector.spans import SpanKind
 from collector.verdict import Verdict
 from tests.collector.harness import Collector, ServerThread, otlp_request, running_collector
+from tests.servers import free_port, wait_until
 from tests.traces import TraceBuilder, rag_trace
 
 PROTOBUF = "application/x-protobuf"
@@ -72,19 +71,6 @@ def _attributes(span: Any) -> dict[str, Any]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait(predicate: Any, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def _send(collector: Collector, spans: list[Any]) -> None:
     response = collector.post(otlp_request(spans).SerializeToString(), PROTOBUF)
     assert response.status_code == 200
@@ -112,11 +98,14 @@ def test_forwarded_spans_carry_budget_annotations(tmp_path: Path) -> None:
         skipped.add("GET /healthz", 0, 1, kind=SpanKind.SERVER, service="other")
         _send(collector, judged.spans + skipped.spans)
         verdict = collector.verdict("1" * 32)
-        _wait(lambda: receiver.count() == len(judged.spans) + 1)
+        wait_until(
+            lambda: receiver.count() == len(judged.spans) + 1,
+            "the judged trace and the skipped span forwarded",
+        )
         late = TraceBuilder(trace_id="1" * 32)
         late.add("late.cleanup", 500, 501, parent=judged.spans[1].span_id)
         _send(collector, [replace(late.spans[0], span_id="f" * 16)])
-        _wait(lambda: receiver.count() == len(judged.spans) + 2)
+        wait_until(lambda: receiver.count() == len(judged.spans) + 2, "the late span forwarded")
         assert collector.verdict("1" * 32)["late_spans"] == 1
         assert collector.metric("spanbudget_spans_late_total") == 1
         assert collector.metric("spanbudget_traces_skipped_total") == 1
@@ -149,7 +138,7 @@ def test_forwarded_spans_carry_budget_annotations(tmp_path: Path) -> None:
 
 
 def test_downstream_down_then_back_loses_nothing_and_never_slows_intake(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     receiver = Receiver()
     traces = 30
     with running_collector(tmp_path, forward_url=f"http://127.0.0.1:{port}") as collector:
@@ -157,11 +146,17 @@ def test_downstream_down_then_back_loses_nothing_and_never_slows_intake(tmp_path
             _send(collector, rag_trace(trace_id=f"{i + 1:032x}").spans)
         for i in range(traces):
             collector.verdict(f"{i + 1:032x}")  # judged and stored while nothing can be sent
-        _wait(lambda: collector.metric("spanbudget_export_failures_total", sink="otlp") >= 2)
+        wait_until(
+            lambda: collector.metric("spanbudget_export_failures_total", sink="otlp") >= 2,
+            "two failed exports",
+        )
         assert receiver.count() == 0
         with ServerThread(receiver.app, port=port):
             expected = traces * len(rag_trace().spans)
-            _wait(lambda: receiver.count() == expected)
-            _wait(lambda: collector.metric("spanbudget_spans_forwarded_total") == expected)
+            wait_until(lambda: receiver.count() == expected, "every span at the receiver")
+            wait_until(
+                lambda: collector.metric("spanbudget_spans_forwarded_total") == expected,
+                "the forwarded count",
+            )
     assert collector.metric("spanbudget_forward_spans_dropped_total", reason="queue_full") == 0
     assert collector.metric("spanbudget_spans_received_total") == expected

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from ..servers import free_port
 from .metric_names import scrape_sample_names
 from .processes import (
     REPO,
-    free_port,
     send_overrun_trace,
     spanbudget_command,
     start_process,

@@ -11,7 +11,8 @@ import httpx
 import pytest
 import yaml
 
-from .processes import REPO, free_port, send_overrun_trace, start_process, stop_process
+from ..servers import free_port
+from .processes import REPO, send_overrun_trace, start_process, stop_process
 
 RULES = REPO / "collector" / "prometheus" / "budget-alerts.yml"
 

@@ -20,6 +20,7 @@ import pytest
 
 from collector.loadtest.files import read_rows
 from spanbudget.processes import Child, Supervisor
+from tests.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {"HF_HUB_OFFLINE": "1", "OTEL_BSP_SCHEDULE_DELAY": "200", "PYTHONUNBUFFERED": "1"}
@@ -32,12 +33,6 @@ DOCS = {
     "slices.rst": "Slices\n======\n\nA slice a[i:j:k] selects items from i up to j in steps "
     "of k; negative steps walk backwards and omitted bounds default to the ends.\n",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def spanbudget(*args: str) -> list[str]:

@@ -19,6 +19,7 @@ from service.engine.faults import (
     parse_stall,
 )
 from service.engine.generation import OutputPlanner
+from tests.asgi import post_scope
 
 from .harness import build_engine, preset, serve
 
@@ -200,21 +201,7 @@ def test_client_gone_before_the_first_chunk_still_aborts_the_request(
     engine = build_engine(preset(), planner)
     body = json.dumps(CHAT | {"stream": True, "max_tokens": 50}).encode()
     incoming: list[dict[str, Any]] = [{"type": "http.request", "body": body}]
-    path = "/v1/chat/completions"
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"engine"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("engine", 80),
-    }
+    scope = post_scope("/v1/chat/completions", "engine")
 
     async def receive() -> dict[str, Any]:
         return incoming.pop(0) if incoming else {"type": "http.disconnect"}

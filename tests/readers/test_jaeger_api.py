@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ import httpx
 import pytest
 
 from collector.readers import TraceReadError, read_jaeger_api, read_traces
+from tests.servers import free_port
 
 SINCE_SECONDS = 900.0
 
@@ -157,9 +157,7 @@ def test_garbage_body_names_the_url(jaeger: FakeJaeger) -> None:
 
 
 def test_connection_refused_names_the_url() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     # the port was free a moment ago and nothing listens on it now
     with pytest.raises(TraceReadError) as caught:
         read_jaeger_api(f"http://127.0.0.1:{port}", "svc", 60)

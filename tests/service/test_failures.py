@@ -13,6 +13,7 @@ import jwt
 import pytest
 from opentelemetry.trace import StatusCode
 
+from tests.asgi import post_scope
 from tests.servers import ServerThread
 from tests.service.conftest import GatewayFactory, by_name, chat_body
 from tests.service.upstream import FakeLLM
@@ -233,20 +234,7 @@ async def test_client_gone_before_the_stream_starts_still_ends_every_span(
         await anyio.sleep(0)
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": URL,
-        "raw_path": URL.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"gateway"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("gateway", 80),
-    }
+    scope = post_scope(URL, "gateway")
     await gateway.app(scope, receive, send)
     upstream_request = fake_llm.requests[-1]
     assert upstream_request.body["model"] == "slow"

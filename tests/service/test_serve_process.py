@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from service.embedding import SentenceTransformerEmbedder
 from service.ingest import ingest
 from service.vectorstore import EdgeStore
-from tests.servers import ServerThread
+from tests.servers import ServerThread, free_port
 from tests.service.conftest import SMALL_CORPUS, chat_body
 
 pytestmark = pytest.mark.slow
@@ -77,9 +76,7 @@ def test_serve_flushes_spans_on_shutdown_signal(
     sink = OtlpSink()
     log_path = tmp_path / "serve.log"
     with ServerThread(sink) as collector, log_path.open("w") as log:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("SPANBUDGET_", "OTEL_"))},
             "HF_HUB_OFFLINE": "1",

@@ -4,54 +4,33 @@ real vLLM-format streams, usage and time to first chunk, across a real process b
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
+from spanbudget.processes import Child, Supervisor
+from tests.servers import free_port
 from tests.service.conftest import GatewayFactory, by_name, chat_body
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def engine_url() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "OTEL_SDK_DISABLED": "true", "HF_HUB_OFFLINE": "1"}
+def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-c", "from spanbudget.cli import main; main()", "engine",
                "--listen", f"127.0.0.1:{port}"]  # fmt: skip
-    process = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    url = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("engine") / "engine.log"
+    env = {"OTEL_SDK_DISABLED": "true", "HF_HUB_OFFLINE": "1"}
+    supervisor = Supervisor()
+    supervisor.start(Child("engine", command, f"{url}/healthz", log, env))
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"spanbudget engine exited: {process.stderr.read()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "engine emulator did not start in 60 s"
-            time.sleep(0.2)
+        supervisor.wait_healthy(supervisor.children[0], 60)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        process.stderr.close()
+        supervisor.stop_all()
 
 
 async def test_gateway_streams_from_the_engine_emulator(
