@@ -67,7 +67,9 @@ class VectorStore(Protocol):
     @property
     def remote(self) -> bool: ...
 
-    def exists(self) -> bool: ...
+    def exists(self) -> bool:
+        """The collection exists and holds points: retrieval can answer from it."""
+        ...
 
     def count(self) -> int: ...
 
@@ -274,6 +276,9 @@ class QdrantServerStore:
             raise StoreUnavailable(f"qdrant {what} failed: {type(exc).__name__}: {exc}") from exc
 
     def exists(self) -> bool:
+        return self._collection_exists() and self.count() > 0
+
+    def _collection_exists(self) -> bool:
         return bool(
             self._call("collection_exists", self._client.collection_exists, self._collection)
         )
@@ -285,7 +290,7 @@ class QdrantServerStore:
     def _ensure_collection(self) -> None:
         from qdrant_client import models
 
-        if self.exists():
+        if self._collection_exists():
             return
         self._call(
             "create_collection",
@@ -299,6 +304,10 @@ class QdrantServerStore:
                 ef_construct=self._hnsw.ef_construct,
                 full_scan_threshold=self._hnsw.full_scan_threshold_kb,
             ),
+            # As in EdgeStore: index every segment, however small. With the server's default
+            # threshold (20,000 KB) the default corpus (about 1.2 MB of vectors) would never
+            # be indexed and every query would be an exhaustive scan.
+            optimizers_config=models.OptimizersConfigDiff(indexing_threshold=1),
         )
 
     def upsert(self, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]) -> None:
@@ -314,7 +323,7 @@ class QdrantServerStore:
     def remove_stale(self, sources: Sequence[str], keep_ids: Sequence[str]) -> None:
         from qdrant_client import models
 
-        if not sources or not self.exists():
+        if not sources or not self._collection_exists():
             return
         stale = models.Filter(
             must=[models.FieldCondition(key="source", match=models.MatchAny(any=list(sources)))],

@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
-from service.engine.faults import DELAY_HEADER, parse_delay_header
+from service.engine.faults import DELAY_HEADER, engine_delays
 from service.engine.generation import render_chat_prompt
 from service.engine.protocol import (
     SSE_DONE,
@@ -443,7 +443,7 @@ def _prepare(
     faults = runtime.trouble.draw(plan.num_tokens)
     if faults.fail:
         raise _ApiError(500, "injected engine failure (--error-rate)", "InternalServerError")
-    delays = parse_delay_header(raw.headers.get(DELAY_HEADER)) if runtime.faults_enabled else {}
+    delays = engine_delays(raw.headers.get(DELAY_HEADER)) if runtime.faults_enabled else {}
     request_id = random_request_id(id_prefix)
     # The span reports the sampling parameters the engine ran with, as vLLM's output
     # processor reads them off the request's SamplingParams.

@@ -10,17 +10,19 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from service.faults import DELAY_HEADER, parse_delay_header
+
 __all__ = [
     "DELAY_HEADER",
+    "ENGINE_DELAY_KEYS",
     "FaultError",
     "RequestFaults",
     "StallSchedule",
     "TroubleMaker",
-    "parse_delay_header",
+    "engine_delays",
     "parse_stall",
 ]
 
-DELAY_HEADER = "x-spanbudget-delay"
 ENGINE_DELAY_KEYS = ("queue", "prefill")
 
 
@@ -28,24 +30,13 @@ class FaultError(ValueError):
     """A fault setting that cannot be understood (the CLI turns it into a usage error)."""
 
 
-def parse_delay_header(value: str | None) -> dict[str, float]:
+def engine_delays(header: str | None) -> dict[str, float]:
     """The engine's keys of the delay header, in seconds; other stages' keys are ignored.
 
-    The header is a drill aid, so a malformed pair is skipped rather than failing the request.
+    Parsed (and capped) as the gateway parses it: one header, one reading of it.
     """
-    delays: dict[str, float] = {}
-    for pair in (value or "").split(","):
-        key, sep, number = pair.partition("=")
-        key = key.strip().lower()
-        if not sep or key not in ENGINE_DELAY_KEYS:
-            continue
-        try:
-            ms = float(number)
-        except ValueError:
-            continue
-        if ms > 0:
-            delays[key] = ms / 1e3
-    return delays
+    delays_ms = parse_delay_header(header)
+    return {key: delays_ms[key] / 1e3 for key in ENGINE_DELAY_KEYS if key in delays_ms}
 
 
 def parse_stall(spec: str) -> tuple[float, float]:

@@ -15,7 +15,7 @@ from service.engine.faults import (
     FaultError,
     StallSchedule,
     TroubleMaker,
-    parse_delay_header,
+    engine_delays,
     parse_stall,
 )
 from service.engine.generation import OutputPlanner
@@ -28,12 +28,11 @@ DELAY = {"x-spanbudget-delay": "retrieval=30,queue=50,prefill=40"}
 
 
 def test_delay_header_parsing_keeps_engine_keys_only() -> None:
-    assert parse_delay_header("retrieval=30,queue=50, prefill=40") == {
-        "queue": 0.05,
-        "prefill": 0.04,
-    }
-    assert parse_delay_header("queue=abc,prefill,=3") == {}
-    assert parse_delay_header(None) == {}
+    assert engine_delays("retrieval=30,queue=50, prefill=40") == {"queue": 0.05, "prefill": 0.04}
+    assert engine_delays("queue=abc,prefill,=3") == {}
+    assert engine_delays(None) == {}
+    # Capped as the gateway caps it: a typo must not park a request for minutes.
+    assert engine_delays("queue=999999") == {"queue": 10.0}
 
 
 @pytest.mark.parametrize("faults", [True, False], ids=["faults-on", "faults-off"])

@@ -7,6 +7,8 @@ with a `StoreUnavailable` that names the call.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -50,6 +52,32 @@ def test_qdrant_client_store_round_trip_and_client_query_span(
     assert (query_span.attributes or {})["db.query.hnsw_ef"] == 32
     store.close()
     provider.shutdown()
+
+
+class _RecordingClient(QdrantClient):
+    """qdrant-client's local mode, keeping the collection settings it was asked for (local
+    mode accepts but does not report optimizer settings)."""
+
+    created: dict[str, Any]
+
+    def create_collection(self, collection_name: str, **settings: Any) -> bool:
+        self.created = settings
+        return bool(super().create_collection(collection_name, **settings))
+
+
+@pytest.mark.filterwarnings("ignore:Local mode performs exact:UserWarning")
+def test_server_collection_is_indexed_however_small_and_empty_is_not_ready(
+    embedder: SentenceTransformerEmbedder,
+) -> None:
+    client = _RecordingClient(location=":memory:")
+    store = QdrantServerStore(client, collection="docs", dimension=embedder.dimension)
+    store.build_index()  # creates the collection, still empty
+    assert not store.exists()
+    assert client.created["optimizers_config"].indexing_threshold == 1
+    assert client.created["hnsw_config"].m == 16
+    ingest([Document("x.md", "x", "Qdrant stores vectors.")], embedder, store)
+    assert store.exists()
+    store.close()
 
 
 @pytest.mark.filterwarnings("ignore:Local mode performs exact:UserWarning")
