@@ -3,8 +3,6 @@ by the CLI, the benchmark and the tests so that each builds the same object grap
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import httpx
 from fastapi import FastAPI
 from opentelemetry.trace import TracerProvider
@@ -55,9 +53,8 @@ def build_gateway(
     store: VectorStore,
     counter: TokenCounter,
     llm_transport: httpx.AsyncBaseTransport | None = None,
-    on_shutdown: Sequence[Callable[[], None]] = (),
 ) -> FastAPI:
-    """The gateway app; it closes its LLM client at shutdown, then runs `on_shutdown`."""
+    """The gateway app; it closes its LLM client at shutdown."""
     retriever = Retriever(
         embedder, store, tracer_provider, top_k=settings.top_k, hnsw_ef=settings.hnsw_ef
     )
@@ -77,6 +74,4 @@ def build_gateway(
         max_connections=settings.llm_max_connections,
         transport=llm_transport,
     )
-    return create_app(
-        settings, tracer_provider, retriever, prompt_builder, llm_client, on_shutdown=on_shutdown
-    )
+    return create_app(settings, tracer_provider, retriever, prompt_builder, llm_client)

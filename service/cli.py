@@ -68,9 +68,6 @@ def serve(
             embedder=embedder,
             store=store,
             counter=load_tokenizer(settings.tokenizer),
-            # Uvicorn re-raises SIGTERM after the lifespan ends, killing the process before
-            # the `finally` below: close and flush from the lifespan instead.
-            on_shutdown=(store.close, provider.shutdown),
         )
         host, port = settings.host_port
         logging.getLogger("service.cli").info(
@@ -82,7 +79,8 @@ def serve(
             "on" if settings.faults else "off",
         )
         # uvicorn stops gracefully on SIGINT/SIGTERM, then re-raises the signal to the
-        # handlers it found: make those no-ops so that the command returns and exits 0.
+        # handlers it found: make those no-ops so that the command returns, the `finally`
+        # below closes the store and flushes the spans, and the process exits 0.
         for stop_signal in (signal.SIGINT, signal.SIGTERM):
             signal.signal(stop_signal, lambda _signum, _frame: None)
         uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()

@@ -7,7 +7,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -182,30 +182,18 @@ def create_app(
     retriever: Retriever,
     prompt_builder: PromptBuilder,
     llm_client: LLMClient,
-    *,
-    authenticator: Authenticator | None = None,
-    rate_limiter: TokenBucketLimiter | None = None,
-    metrics: GatewayMetrics | None = None,
-    close_llm_client: bool = True,
-    on_shutdown: Sequence[Callable[[], None]] = (),
 ) -> FastAPI:
-    """Build the gateway. `close_llm_client` closes the pooled client at shutdown.
-
-    `on_shutdown` runs at the end of the lifespan, for example to close the store and flush
-    spans: uvicorn re-raises SIGTERM once the server is down, so later code may never run.
-    """
-    auth = authenticator or Authenticator(
+    """Build the gateway; it closes `llm_client`'s connection pool at shutdown."""
+    auth = Authenticator(
         settings.api_keys,
         jwt_secret=settings.jwt_secret,
         jwt_algorithms=settings.jwt_algorithms,
         jwt_audience=settings.jwt_audience,
         jwt_issuer=settings.jwt_issuer,
     )
-    limiter = rate_limiter or TokenBucketLimiter(
-        settings.rate_limit_per_second, settings.rate_limit_burst
-    )
+    limiter = TokenBucketLimiter(settings.rate_limit_per_second, settings.rate_limit_burst)
     tracer = tracer_provider.get_tracer("service.gateway")
-    metrics = metrics or GatewayMetrics()
+    metrics = GatewayMetrics()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -214,10 +202,7 @@ def create_app(
         try:
             yield
         finally:
-            if close_llm_client:
-                await llm_client.aclose()
-            for hook in on_shutdown:
-                hook()
+            await llm_client.aclose()
 
     app = FastAPI(title="spanbudget RAG gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
 
