@@ -189,7 +189,8 @@ def run_demo(settings: DemoSettings, console: Console) -> int:
             warmup=2,
             ui_url=collector_url,
         )
-        provider = loadtest_tracer_provider(collector_url)
+        # The demo's own collector, whatever OTLP variables the shell has: it joins from there.
+        provider = loadtest_tracer_provider(collector_url, env={})
         report: dict[str, Any] = {}
         try:
             # The burst is meant to break the budget: a finished run is a successful demo.

@@ -27,8 +27,12 @@ def loadtest(
     requests: Annotated[int | None, typer.Option(help="Send exactly this many.")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for the report files.")] = None,
     collector: Annotated[
-        str, typer.Option(help="The budget collector: spans go there, verdicts come from it.")
-    ] = "http://127.0.0.1:4318",
+        str | None,
+        typer.Option(
+            help="The budget collector (default http://127.0.0.1:4318): verdicts come from "
+            "it, and spans go there unless OTEL_EXPORTER_OTLP_TRACES_ENDPOINT routes them."
+        ),
+    ] = None,
     budget: Annotated[Path, typer.Option(help="The allocation table.")] = Path("budget.yaml"),
     arrival: Annotated[Arrival, typer.Option(help="Gaps between requests.")] = Arrival.POISSON,
     max_concurrency: Annotated[int, typer.Option(help="Requests in flight at most.")] = 256,
@@ -58,7 +62,7 @@ def loadtest(
     from collector.durations import parse_duration
     from collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, load_prompts, new_run_id
     from collector.loadtest.schedule import Phase
-    from collector.loadtest.telemetry import loadtest_tracer_provider
+    from collector.loadtest.telemetry import DEFAULT_COLLECTOR, loadtest_tracer_provider
 
     try:
         table = load_budget(budget).budget
@@ -72,7 +76,7 @@ def loadtest(
         phase = Phase("main", rate, duration_s=seconds, requests=requests)
         test = LoadTest(
             target=target,
-            collector=collector,
+            collector=collector or DEFAULT_COLLECTOR,
             budget=table,
             phases=[phase],
             out=out or Path("runs") / run_id,
@@ -83,7 +87,7 @@ def loadtest(
             max_concurrency=max_concurrency,
             api_key=api_key,
             warmup=warmup,
-            ui_url=collector,
+            ui_url=collector or DEFAULT_COLLECTOR,
             jaeger_ui=jaeger_ui,
             run_id=run_id,
         )

@@ -1,0 +1,29 @@
+"""Where the load tester's root spans go: the verdicts are joined from the collector they reach."""
+
+from __future__ import annotations
+
+import pytest
+
+from collector.loadtest.telemetry import span_endpoint
+
+TRACES = "http://otel-collector:4318/v1/traces"
+AMBIENT = "http://somewhere-else:4318"
+
+
+@pytest.mark.parametrize(
+    ("collector", "env", "expected"),
+    [
+        (None, {}, "http://127.0.0.1:4318/v1/traces"),
+        ("http://bc:4318/", {}, "http://bc:4318/v1/traces"),
+        # A general endpoint left in the shell does not beat an explicit --collector...
+        ("http://bc:4318", {"OTEL_EXPORTER_OTLP_ENDPOINT": AMBIENT}, "http://bc:4318/v1/traces"),
+        # ...but applies when no collector was named.
+        (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": AMBIENT}, f"{AMBIENT}/v1/traces"),
+        # A traces endpoint is a deliberate route (docs/deployment.md) and is used as is.
+        ("http://bc:4318", {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": TRACES}, TRACES),
+    ],
+)
+def test_span_endpoint_precedence(
+    collector: str | None, env: dict[str, str], expected: str
+) -> None:
+    assert span_endpoint(collector, env) == expected
