@@ -6,7 +6,8 @@ it may wait milliseconds for a core, and every step runs that much late. With
 `"realtime"` the step thread asks Linux for SCHED_FIFO at the lowest real-time priority,
 so that it runs as soon as its sleep ends, ahead of ordinary work; real-time threads of
 the kernel still come first, and the kernel's real-time throttling (95 % of a core by
-default) bounds it if it ever failed to sleep. Without the right (root or CAP_SYS_NICE),
+default) bounds it if it ever failed to sleep. Without the right (root, CAP_SYS_NICE, or an
+RLIMIT_RTPRIO of at least 1, e.g. `ulimit -r 1` or Compose's `ulimits: {rtprio: 1}`),
 or off Linux, the thread stays at normal priority and the description says why.
 """
 
@@ -41,7 +42,7 @@ def request_core_priority(priority: CorePriority, set_scheduler: SetScheduler | 
         setter(0, os.SCHED_FIFO, os.sched_param(_REALTIME_PRIORITY))
     except PermissionError:
         return (
-            "normal priority (SCHED_FIFO refused: needs root or CAP_SYS_NICE; "
+            "normal priority (SCHED_FIFO refused: needs root, CAP_SYS_NICE or rtprio >= 1; "
             "steps may run late on a busy machine)"
         )
     except OSError as exc:

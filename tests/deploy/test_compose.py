@@ -189,6 +189,8 @@ def test_processes_listen_where_their_ports_point(services: dict[str, dict[str, 
         env = services[name]["environment"]
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318", name
     assert services["engine"]["environment"]["OTEL_SERVICE_NAME"] == "vllm"
+    # The image's user is not root: real-time priority 1 for the step thread needs rtprio.
+    assert services["engine"]["ulimits"]["rtprio"] >= 1
     assert services["gateway"]["environment"]["OTEL_SERVICE_NAME"] == "rag-gateway"
 
 
