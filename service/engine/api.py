@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
+from service.engine.engine_loop import EngineDead
 from service.engine.faults import DELAY_HEADER, engine_delays
 from service.engine.generation import render_chat_prompt
 from service.engine.protocol import (
@@ -203,13 +204,16 @@ def create_app(
     async def api_error(request: Request, exc: _ApiError) -> JSONResponse:
         return _error_response(exc.status, exc.message, exc.error_type, exc.param)
 
+    # Like vLLM's /health: 503 once the engine core is dead, so that orchestrators restart it.
     @app.get("/health")
     async def health() -> Response:
-        return Response(status_code=200)
+        return Response(status_code=503 if runtime.loop.dead else 200)
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> JSONResponse:
+        if runtime.loop.dead:
+            return JSONResponse({"status": "dead", "error": str(runtime.loop.dead)}, 503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -250,7 +254,7 @@ def create_app(
     async def chat_completions(body: ChatCompletionRequest, raw: Request) -> Response:
         prompt = render_chat_prompt(body.messages, runtime.preset.chat_template)
         prepared = _prepare(runtime, raw, body, "chatcmpl", prompt, body.token_limit)
-        stream = runtime.submit(prepared)
+        stream = _submit(runtime, prepared)
         created = int(time.time())
         model = runtime.model_name
         num_tokens = prepared.plan.num_tokens
@@ -342,7 +346,7 @@ def create_app(
         prepared = _prepare(
             runtime, raw, body, "cmpl", prompt, body.max_tokens, prompt_tokens, engine_suffix="-0"
         )
-        stream = runtime.submit(prepared)
+        stream = _submit(runtime, prepared)
         created = int(time.time())
         model = runtime.model_name
         num_tokens = prepared.plan.num_tokens
@@ -465,6 +469,13 @@ def _prepare(
     )
 
 
+def _submit(runtime: EngineRuntime, prepared: PreparedRequest) -> RequestStream:
+    try:
+        return runtime.submit(prepared)
+    except EngineDead as dead:
+        raise _ApiError(500, str(dead), "InternalServerError") from None
+
+
 async def _collect(stream: RequestStream) -> None:
     drop_after = stream.request.faults.drop_after_tokens
     received = 0
@@ -473,6 +484,8 @@ async def _collect(stream: RequestStream) -> None:
             received += len(batch)
             if drop_after is not None and received >= drop_after:
                 raise _ApiError(500, "injected engine failure (--drop-rate)", "InternalServerError")
+    except EngineDead as dead:
+        raise _ApiError(500, str(dead), "InternalServerError") from None
     finally:
         stream.abort()
 
@@ -509,6 +522,9 @@ def _streaming(
             if final is not None:
                 yield final
             yield SSE_DONE
+        except EngineDead as dead:
+            # Headers are out: cut the stream, as a crashed engine's connection is cut.
+            raise StreamDropped(str(dead)) from None
         finally:
             stream.abort()
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from service.engine.core_priority import CorePriority
 from service.engine.engine_loop import (
+    EngineDead,
     EngineLoop,
     StallSource,
     StepObserver,
@@ -62,6 +63,9 @@ class _PipeCore(EngineLoop):
 
     def on_idle(self, stats: SchedulerStats) -> None:
         pass  # `_post` sends changed counts even without a step (an abort while idle)
+
+    def _failed(self, exc: Exception) -> None:
+        raise exc  # the process ends with its traceback; the frontend sees the pipe close
 
     def _started(self, scheduling: str, thread_id: int) -> None:
         # Logging is not set up in this process: the frontend logs it.
@@ -160,6 +164,8 @@ class ProcessEngineLoop:
         # What the core's step thread runs at, and its OS thread id, once it has started.
         self.scheduling: str | None = None
         self.step_thread_id: int | None = None
+        self.dead: EngineDead | None = None  # set once the core process is gone unasked
+        self._stopping = False
         self._priority: CorePriority = priority
         self._preset = preset
         self._stall_seconds = stall_seconds
@@ -189,6 +195,7 @@ class ProcessEngineLoop:
     async def stop(self) -> None:
         if self._process is None or self._conn is None or self._loop is None:
             return
+        self._stopping = True
         self._loop.remove_reader(self._conn.fileno())
         with contextlib.suppress(OSError):  # the core may be gone already
             self._conn.send(None)
@@ -199,9 +206,19 @@ class ProcessEngineLoop:
         self._process = None
 
     def submit(self, seq: Sequence, sink: TokenSink) -> None:
+        if self.dead is not None:
+            raise self.dead
         if self._conn is None:
             raise RuntimeError("the engine core is not running")
         self._sinks[seq.request_id] = (seq, sink)
+        try:
+            self._send_add(seq)
+        except OSError:  # the core died and the frontend has not read the end of the pipe yet
+            self._core_gone()
+            raise self.dead or EngineDead("engine core process is gone") from None
+
+    def _send_add(self, seq: Sequence) -> None:
+        assert self._conn is not None
         self._conn.send(
             ("add", seq.request_id, seq.prompt_tokens, seq.output_tokens, seq.arrival,
              seq.queue_delay, seq.prefill_delay)
@@ -209,7 +226,19 @@ class ProcessEngineLoop:
 
     def abort(self, seq: Sequence) -> None:
         if self._sinks.pop(seq.request_id, None) is not None and self._conn is not None:
-            self._conn.send(("abort", seq.request_id))
+            with contextlib.suppress(OSError):  # a dead core has nothing left to abort
+                self._conn.send(("abort", seq.request_id))
+
+    def _core_gone(self) -> None:
+        """The core process ended without being asked to: fail every open stream."""
+        if self._stopping or self.dead is not None:
+            return
+        code = self._process.exitcode if self._process is not None else None
+        self.dead = EngineDead(f"engine core process ended (exit code {code})")
+        _log.error("%s; the engine serves no more requests", self.dead)
+        sinks, self._sinks = [sink for _, sink in self._sinks.values()], {}
+        for sink in sinks:
+            sink.on_engine_dead(self.dead)
 
     def records(self) -> list[StepRecord]:
         return list(self._records)
@@ -222,6 +251,7 @@ class ProcessEngineLoop:
             except EOFError:
                 if self._loop is not None:
                     self._loop.remove_reader(self._conn.fileno())
+                self._core_gone()
                 return
             if message[0] == "started":
                 _, self.scheduling, self.step_thread_id = message

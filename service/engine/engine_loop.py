@@ -23,6 +23,7 @@ from service.engine.scheduler import Scheduler, SchedulerStats, Sequence, TokenE
 
 __all__ = [
     "Clock",
+    "EngineDead",
     "EngineLoop",
     "MonotonicClock",
     "StallSource",
@@ -52,10 +53,17 @@ class MonotonicClock:
             time.sleep(remaining)
 
 
+class EngineDead(RuntimeError):
+    """The engine core has stopped: no request in flight or to come can be served."""
+
+
 class TokenSink(Protocol):
-    """Receives one sequence's tokens, on the event loop, as the steps produce them."""
+    """Receives one sequence's tokens, on the event loop, as the steps produce them; or,
+    if the engine core dies first, the error that ends the sequence."""
 
     def on_token(self, event: TokenEvent) -> None: ...
+
+    def on_engine_dead(self, error: EngineDead) -> None: ...
 
 
 class StepObserver(Protocol):
@@ -128,6 +136,7 @@ class EngineLoop:
         # once it has started.
         self.scheduling: str | None = None
         self.step_thread_id: int | None = None
+        self.dead: EngineDead | None = None  # set, on the event loop, once the core has died
 
     # -- event-loop side -------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -146,6 +155,8 @@ class EngineLoop:
         self._thread = None
 
     def submit(self, seq: Sequence, sink: TokenSink) -> None:
+        if self.dead is not None:
+            raise self.dead
         self._sinks[seq] = sink
         self._commands.put(("add", seq))
 
@@ -170,12 +181,31 @@ class EngineLoop:
             if sink is not None:
                 sink.on_token(event)
 
+    def _fail_all(self, error: EngineDead) -> None:
+        self.dead = error
+        sinks, self._sinks = list(self._sinks.values()), {}
+        for sink in sinks:
+            sink.on_engine_dead(error)
+
     # -- engine-core thread ----------------------------------------------------------
     def _started(self, scheduling: str, thread_id: int) -> None:
         self.scheduling, self.step_thread_id = scheduling, thread_id
         _log.info("engine core step thread %d: %s", thread_id, scheduling)
 
     def _run(self) -> None:
+        try:
+            self._steps()
+        except Exception as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        """The step loop raised: every open stream ends with an error, and so do new ones."""
+        _log.exception("engine core failed; the engine serves no more requests")
+        if self._loop is not None:
+            error = EngineDead(f"engine core failed: {exc!r}")
+            self._loop.call_soon_threadsafe(self._fail_all, error)
+
+    def _steps(self) -> None:
         self._started(request_core_priority(self._priority), threading.get_native_id())
         started_at = self.clock.now()
         # Back to back, a step starts where the previous one ended: the bookkeeping between

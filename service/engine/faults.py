@@ -6,6 +6,7 @@ scheduled stalls and the error/drop shares are explicit settings of their own.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ def parse_stall(spec: str) -> tuple[float, float]:
         stall_ms = float(ms.strip().removesuffix("ms"))
     except ValueError:
         raise FaultError(f"stall {spec!r}: expected AT:MS, for example 10:500") from None
+    if not (math.isfinite(at_seconds) and math.isfinite(stall_ms)):
+        raise FaultError(f"stall {spec!r}: AT and MS must be finite numbers")
     if at_seconds < 0 or stall_ms <= 0:
         raise FaultError(f"stall {spec!r}: AT must be >= 0 and MS > 0")
     return at_seconds, stall_ms / 1e3

@@ -18,7 +18,14 @@ from prometheus_client import CollectorRegistry
 
 from service.engine.core_priority import CorePriority
 from service.engine.core_process import ProcessEngineLoop
-from service.engine.engine_loop import Clock, EngineLoop, MonotonicClock, StallSource, no_stall
+from service.engine.engine_loop import (
+    Clock,
+    EngineDead,
+    EngineLoop,
+    MonotonicClock,
+    StallSource,
+    no_stall,
+)
 from service.engine.faults import RequestFaults, TroubleMaker
 from service.engine.generation import OutputPlan, OutputPlanner
 from service.engine.metrics import EngineMetrics
@@ -55,7 +62,7 @@ class RequestStream:
         self.span = span
         self.sequence = seq
         self._runtime = runtime
-        self._queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        self._queue: asyncio.Queue[TokenEvent | EngineDead] = asyncio.Queue()
         self._last_token_time = 0.0
         self.timings: RequestTimings | None = None
 
@@ -72,15 +79,27 @@ class RequestStream:
             metrics.on_finished(self.timings, self.request.plan.finish_reason)
         self._queue.put_nowait(event)
 
+    def on_engine_dead(self, error: EngineDead) -> None:
+        self._queue.put_nowait(error)
+
     async def batches(self) -> AsyncIterator[list[TokenEvent]]:
         """Token events in arrival order, grouped by what is ready at each wake-up.
 
         Grouping lets a slow reader catch up in one write; every event stays one token.
+        Raises `EngineDead` where the engine core died before the sequence finished.
         """
         while True:
-            batch = [await self._queue.get()]
-            while not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            batch: list[TokenEvent] = []
+            item = await self._queue.get()
+            while True:
+                if isinstance(item, EngineDead):
+                    if batch:
+                        yield batch
+                    raise item
+                batch.append(item)
+                if self._queue.empty():
+                    break
+                item = self._queue.get_nowait()
             yield batch
             if batch[-1].finished:
                 return

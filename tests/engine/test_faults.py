@@ -109,7 +109,7 @@ def test_drop_rate_cuts_the_stream_mid_way(planner: OutputPlanner) -> None:
 def test_stall_spec_parses_and_rejects_nonsense() -> None:
     assert parse_stall("10s:500ms") == (10.0, 0.5)
     assert parse_stall("2:40") == (2.0, 0.04)
-    for spec in ("soon", "10", "-1:50", "3:0", "x:50"):
+    for spec in ("soon", "10", "-1:50", "3:0", "x:50", "10:inf", "nan:5"):
         with pytest.raises(FaultError):
             parse_stall(spec)
 
