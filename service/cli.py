@@ -15,9 +15,18 @@ __all__ = ["ingest", "serve"]
 
 
 def _settings(**overrides: Any) -> Any:
+    """Settings from options then environment; a bad value is a usage error, not a traceback."""
+    from pydantic import ValidationError
+
     from service.settings import Settings
 
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        raise typer.BadParameter(problems) from None
 
 
 def serve(

@@ -8,7 +8,26 @@ from typing import Annotated
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "parse_listen"]
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 as `[::1]:8080`) to a host and a port; raises ValueError.
+
+    The collector has its own copy: `service` and `collector` never import each other.
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"expected HOST:PORT, e.g. 127.0.0.1:8080, got {text!r}")
+    number = int(port)
+    if not 0 <= number <= 65535:
+        raise ValueError(f"port out of range in {text!r}")
+    return host.strip("[]"), number
+
+
+def _valid_listen(value: str) -> str:
+    parse_listen(value)
+    return value
 
 
 def _split_csv(value: object) -> object:
@@ -69,6 +88,7 @@ class Settings(BaseSettings):
     faults: bool = False
 
     _split = field_validator("api_keys", "jwt_algorithms", mode="before")(_split_csv)
+    _listen = field_validator("listen")(_valid_listen)
 
     @property
     def auth_enabled(self) -> bool:
@@ -80,5 +100,4 @@ class Settings(BaseSettings):
 
     @property
     def host_port(self) -> tuple[str, int]:
-        host, _, port = self.listen.rpartition(":")
-        return (host or "127.0.0.1", int(port))
+        return parse_listen(self.listen)

@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.engine.faults import StallSchedule, parse_stall
 from service.engine.presets import DEFAULT_PRESET, Preset, get_preset
+from service.settings import parse_listen
 from service.tokens import DEFAULT_TOKENIZER
 
 __all__ = ["EngineSettings"]
@@ -47,7 +48,4 @@ class EngineSettings(BaseSettings):
         return StallSchedule(parse_stall(spec) for spec in self.stalls)
 
     def host_port(self) -> tuple[str, int]:
-        host, sep, port = self.listen.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError(f"--listen {self.listen!r}: expected HOST:PORT")
-        return host or "127.0.0.1", int(port)
+        return parse_listen(self.listen)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from service.settings import parse_listen
 from spanbudget.cli import app
 
 
@@ -20,3 +21,31 @@ def test_ingest_rejects_a_missing_path(tmp_path: object) -> None:
     result = CliRunner().invoke(app, ["ingest", "/nonexistent/path.md"])
     assert result.exit_code == 2
     assert "does not exist" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["--listen", "localhost"], "expected HOST:PORT"),
+        (["--listen", "127.0.0.1:99999"], "port out of range"),
+    ],
+)
+def test_serve_rejects_a_bad_setting_before_loading_anything(args: list[str], problem: str) -> None:
+    result = CliRunner().invoke(app, ["serve", *args])
+    assert result.exit_code == 2, result.output
+    assert problem in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_bad_environment_value_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPANBUDGET_TOP_K", "0")
+    result = CliRunner().invoke(app, ["ingest", "--help"])
+    assert result.exit_code == 0  # help still works
+    result = CliRunner().invoke(app, ["serve"])
+    assert result.exit_code == 2, result.output
+    assert "top_k" in result.output
+
+
+def test_listen_accepts_ipv6_the_way_the_collector_does() -> None:
+    assert parse_listen("[::1]:8080") == ("::1", 8080)
+    assert parse_listen("0.0.0.0:8000") == ("0.0.0.0", 8000)
