@@ -22,25 +22,25 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import httpx  # noqa: E402
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
+import httpx
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
-from prometheus_client import CollectorRegistry  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from prometheus_client import CollectorRegistry
+from rich.console import Console
+from rich.table import Table
 
-from collector.budget_file import load_budget  # noqa: E402
-from collector.live.api import create_app  # noqa: E402
-from collector.live.intake import decode_export  # noqa: E402
-from collector.live.metrics import CollectorMetrics  # noqa: E402
-from collector.live.pipeline import Pipeline  # noqa: E402
-from collector.live.settings import CollectorSettings  # noqa: E402
-from collector.live.store import VerdictStore  # noqa: E402
-from collector.readers import spans_from_otlp  # noqa: E402
-from collector.spans import Span  # noqa: E402
-from tests.collector.harness import ServerThread, otlp_request  # noqa: E402
-from tests.traces import rag_trace  # noqa: E402
+from collector.budget_file import load_budget
+from collector.live.api import create_app
+from collector.live.intake import decode_export
+from collector.live.metrics import CollectorMetrics
+from collector.live.pipeline import Pipeline
+from collector.live.settings import CollectorSettings
+from collector.live.store import VerdictStore
+from collector.readers import spans_from_otlp
+from collector.spans import Span
+from tests.collector.harness import ServerThread, otlp_request
+from tests.traces import rag_trace
 
 PROTOBUF = "application/x-protobuf"
 

@@ -19,8 +19,6 @@ import http.server
 import json
 import multiprocessing
 import os
-import socket
-import statistics
 import sys
 import tempfile
 import threading
@@ -29,11 +27,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+# The repository's packages and test helpers come first: bench/collector.py would otherwise
+# stand in for the `collector` package.
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
 import httpx
 from rich.console import Console
 from rich.table import Table
 
+from collector.stats import percentile
 from spanbudget.processes import Child, Supervisor
+from tests.servers import free_port
 
 PROMPT_TEXT = (
     "Context: the scheduler batches decode tokens of running sequences with prefill chunks "
@@ -55,18 +60,12 @@ class _Sink(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _engine(preset: str, core_priority: str) -> Iterator[str]:
     """`spanbudget engine` in its own process, its spans sent to a sink that drops them."""
     sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
     threading.Thread(target=sink.serve_forever, daemon=True).start()
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [str(Path(sys.executable).parent / "spanbudget"), "engine",
                "--listen", f"127.0.0.1:{port}", "--preset", preset,
@@ -195,9 +194,7 @@ def _busy(processes: int) -> Iterator[None]:
 
 
 def _pct(values: list[float], q: int) -> float:
-    if len(values) < 2:
-        return values[0] if values else float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+    return percentile(sorted(values), q) if values else float("nan")
 
 
 def main() -> None:

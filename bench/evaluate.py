@@ -19,14 +19,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.table import Table
 
-from collector.attribution import assemble, attribute_window  # noqa: E402
-from collector.budget_file import load_budget  # noqa: E402
-from collector.evaluate import Evaluator  # noqa: E402
-from collector.spans import Span  # noqa: E402
-from tests.traces import rag_trace  # noqa: E402
+from collector.attribution import assemble, attribute_window
+from collector.budget_file import load_budget
+from collector.evaluate import Evaluator
+from collector.spans import Span
+from tests.traces import rag_trace
 
 
 def make_traces(count: int) -> list[list[Span]]:

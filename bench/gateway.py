@@ -28,12 +28,18 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# The repository's packages and test helpers come first: bench/collector.py would otherwise
+# stand in for the `collector` package.
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
 import httpx
 import uvicorn
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from collector.stats import percentile
 from service.assembly import build_gateway, hnsw_params
 from service.embedding import SentenceTransformerEmbedder
 from service.ingest import default_corpus, ingest
@@ -41,6 +47,7 @@ from service.settings import Settings
 from service.telemetry import build_tracer_provider
 from service.tokens import load_tokenizer
 from service.vectorstore import EdgeStore
+from tests.servers import free_port
 
 QUESTIONS = [
     "How does a for loop work?",
@@ -97,9 +104,7 @@ async def stub_llm(scope: Scope, receive: Receive, send: Send) -> None:
 
 def start_stub() -> tuple[subprocess.Popen[bytes], int]:
     """The stub in its own process, so it does not share the gateway's GIL (as an LLM won't)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
+    port = free_port()
     process = subprocess.Popen([sys.executable, __file__, "--serve-stub", str(port)])
     deadline = time.monotonic() + 30
     while True:
@@ -195,8 +200,8 @@ def stage_times(spans: list[ReadableSpan]) -> dict[str, list[float]]:
 
 
 def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+    """The q-quantile (0..1) of unsorted values, as the collector computes percentiles."""
+    return percentile(sorted(values), q * 100)
 
 
 async def main() -> None:

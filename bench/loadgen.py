@@ -18,20 +18,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import httpx  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+import httpx
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.table import Table
 
-from collector.loadtest.client import ChatRequest  # noqa: E402
-from collector.loadtest.runner import RunSettings, run_requests  # noqa: E402
-from collector.loadtest.schedule import Arrival, Phase, build_schedule  # noqa: E402
-from collector.stats import percentile  # noqa: E402
-from tests.servers import free_port  # noqa: E402
+from collector.loadtest.client import ChatRequest
+from collector.loadtest.runner import RunSettings, run_requests
+from collector.loadtest.schedule import Arrival, Phase, build_schedule
+from collector.stats import percentile
+from tests.servers import free_port
 
 
 def _serve(port: int) -> None:

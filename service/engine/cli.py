@@ -213,12 +213,14 @@ def _serve(settings: Any, preset: Any, host: str, port: int) -> None:
     )
     app = create_app(runtime, on_shutdown=(provider.shutdown,))
     # Start-up garbage (tokenizer, corpus) never needs collecting: keep it out of the
-    # collector's generations so collection pauses stay short while steps are timed.
+    # collector's generations so collection pauses stay short while tokens go out.
     gc.collect()
     gc.freeze()
-    # The engine-core thread must get the GIL back within a fraction of a millisecond when
-    # a step ends, not after the default 5 ms of frontend work.
-    sys.setswitchinterval(0.0005)
+    if settings.engine_core == "thread":
+        # The engine-core thread must get the GIL back within a fraction of a millisecond
+        # when a step ends, not after the default 5 ms of frontend work. (The core process
+        # sets this for itself.)
+        sys.setswitchinterval(0.0005)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     quiet_deliberate_cuts()
     log.info(
