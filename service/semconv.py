@@ -19,6 +19,22 @@ GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 GEN_AI_DATA_SOURCE_ID: Final = "gen_ai.data_source.id"
 
+# vLLM's `llm_request` span (vllm/tracing/utils.py SpanAttributes, as its V1 engine sets
+# them): the names it uses, older GenAI ones among them. The collector reads the
+# `gen_ai.latency.*` ones (collector/semconv.py) to split prefill into queue and compute.
+GEN_AI_LATENCY_TIME_IN_QUEUE: Final = "gen_ai.latency.time_in_queue"
+GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN: Final = "gen_ai.latency.time_to_first_token"
+GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL: Final = "gen_ai.latency.time_in_model_prefill"
+GEN_AI_LATENCY_TIME_IN_MODEL_DECODE: Final = "gen_ai.latency.time_in_model_decode"
+GEN_AI_LATENCY_TIME_IN_MODEL_INFERENCE: Final = "gen_ai.latency.time_in_model_inference"
+GEN_AI_LATENCY_E2E: Final = "gen_ai.latency.e2e"
+GEN_AI_USAGE_PROMPT_TOKENS: Final = "gen_ai.usage.prompt_tokens"
+GEN_AI_USAGE_COMPLETION_TOKENS: Final = "gen_ai.usage.completion_tokens"
+GEN_AI_REQUEST_ID: Final = "gen_ai.request.id"
+GEN_AI_REQUEST_TOP_P: Final = "gen_ai.request.top_p"
+GEN_AI_REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
+GEN_AI_REQUEST_N: Final = "gen_ai.request.n"
+
 OPERATION_CHAT: Final = "chat"
 OPERATION_EMBEDDINGS: Final = "embeddings"
 OPERATION_RETRIEVAL: Final = "retrieval"

@@ -15,6 +15,21 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from service.engine.scheduler import RequestTimings
+from service.semconv import (
+    GEN_AI_LATENCY_E2E,
+    GEN_AI_LATENCY_TIME_IN_MODEL_DECODE,
+    GEN_AI_LATENCY_TIME_IN_MODEL_INFERENCE,
+    GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL,
+    GEN_AI_LATENCY_TIME_IN_QUEUE,
+    GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
+    GEN_AI_REQUEST_ID,
+    GEN_AI_REQUEST_MAX_TOKENS,
+    GEN_AI_REQUEST_N,
+    GEN_AI_REQUEST_TEMPERATURE,
+    GEN_AI_REQUEST_TOP_P,
+    GEN_AI_USAGE_COMPLETION_TOKENS,
+    GEN_AI_USAGE_PROMPT_TOKENS,
+)
 
 __all__ = [
     "SPAN_NAME",
@@ -28,21 +43,6 @@ __all__ = [
 SPAN_NAME = "llm_request"
 TRACER_NAME = "vllm.tracing.otel"  # vLLM's tracer is `trace.get_tracer(__name__)` there
 TRACE_HEADERS = ("traceparent", "tracestate")
-
-# vllm/tracing/utils.py SpanAttributes, as the V1 engine sets them.
-GEN_AI_LATENCY_TIME_IN_QUEUE = "gen_ai.latency.time_in_queue"
-GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN = "gen_ai.latency.time_to_first_token"
-GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL = "gen_ai.latency.time_in_model_prefill"
-GEN_AI_LATENCY_TIME_IN_MODEL_DECODE = "gen_ai.latency.time_in_model_decode"
-GEN_AI_LATENCY_TIME_IN_MODEL_INFERENCE = "gen_ai.latency.time_in_model_inference"
-GEN_AI_LATENCY_E2E = "gen_ai.latency.e2e"
-GEN_AI_USAGE_PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"
-GEN_AI_USAGE_COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"
-GEN_AI_REQUEST_ID = "gen_ai.request.id"
-GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
-GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
-GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
-GEN_AI_REQUEST_N = "gen_ai.request.n"
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 

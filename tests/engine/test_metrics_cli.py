@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 
 from service.engine.api import create_app
 from service.engine.generation import OutputPlanner
-from service.engine.metrics import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
 from service.engine.settings import EngineSettings
 from spanbudget.cli import app
 
@@ -47,16 +46,33 @@ def test_metrics_use_vllm_names_labels_and_buckets(planner: OutputPlanner) -> No
     families = {f.name: f for f in text_string_to_metric_families(asyncio.run(run()))}
     for name in REQUIRED:
         assert name in families, name
+
+    def buckets(name: str) -> list[float]:
+        family = families[name]
+        return [float(s.labels["le"]) for s in family.samples if s.name.endswith("_bucket")]
+
+    # vLLM's own bucket bounds (vllm/v1/metrics/buckets.py), written out: a wrong number in
+    # metrics.py must fail here.
+    assert buckets("vllm:time_to_first_token_seconds") == [
+        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+        10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0, float("inf"),
+    ]  # fmt: skip
+    assert buckets("vllm:inter_token_latency_seconds") == [
+        0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+        20.0, 40.0, 80.0, float("inf"),
+    ]  # fmt: skip
+    request_latency = [
+        0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+        240.0, 480.0, 960.0, 1920.0, 7680.0, float("inf"),
+    ]  # fmt: skip
+    for name in ("e2e_request_latency", "request_queue_time", "request_prefill_time"):
+        assert buckets(f"vllm:{name}_seconds") == request_latency, name
     ttft = families["vllm:time_to_first_token_seconds"]
-    buckets = [float(s.labels["le"]) for s in ttft.samples if s.name.endswith("_bucket")]
-    assert buckets == [*TTFT_BUCKETS, float("inf")]
     count = next(s for s in ttft.samples if s.name.endswith("_count"))
     assert count.value == 3
     assert count.labels == {"model_name": "Qwen/Qwen3-8B", "engine": "0"}
     itl = families["vllm:inter_token_latency_seconds"]
     assert next(s for s in itl.samples if s.name.endswith("_count")).value == 3 * 4
-    assert ITL_BUCKETS[0] == 0.01
-    assert REQUEST_LATENCY_BUCKETS[-1] == 7680.0
     success = families["vllm:request_success"]
     assert sum(s.value for s in success.samples if s.name.endswith("_total")) == 3
 
