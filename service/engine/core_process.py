@@ -16,7 +16,7 @@ import sys
 import threading
 from collections import deque
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NamedTuple
 
 from service.engine.core_priority import CorePriority
 from service.engine.engine_loop import (
@@ -34,6 +34,33 @@ from service.engine.scheduler import Scheduler, SchedulerStats, Sequence, TokenE
 __all__ = ["ProcessEngineLoop"]
 
 _log = logging.getLogger("spanbudget.engine")
+_STARTUP_TIMEOUT_SECONDS = 60
+
+
+# What crosses the pipe, core to frontend, besides the step record: named, so that the two
+# sides cannot drift apart field by field.
+class _TokenRow(NamedTuple):
+    """One token of one request, with the request's engine-core timestamps after it."""
+
+    request_id: str
+    token_index: int
+    time: float
+    finished: bool
+    scheduled_ts: float | None
+    first_token_ts: float | None
+    last_token_ts: float | None
+    finished_ts: float | None
+    num_output: int
+
+
+class _Summary(NamedTuple):
+    """The scheduler's state after a step (or an idle change), for the load gauges."""
+
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float
+    num_preemptions: int
+    new_preemptions: list[str]
 
 
 class _PipeCore(EngineLoop):
@@ -85,7 +112,7 @@ class _PipeCore(EngineLoop):
             if message is None:
                 return False
             if message[0] == "add":
-                seq = Sequence(*message[1:])
+                seq = message[1]  # a copy of the frontend's Sequence, fresh
                 self._by_id[seq.request_id] = seq
                 self.scheduler.add(seq)
             else:
@@ -105,19 +132,24 @@ class _PipeCore(EngineLoop):
         if record is None and not events and self._counts(stats) == self._counts_sent:
             return
         self._counts_sent = self._counts(stats)
-        preempted = stats.preempted_ids[self._preemptions_sent :]
-        self._preemptions_sent = len(stats.preempted_ids)
+        new = stats.num_preemptions - self._preemptions_sent
+        self._preemptions_sent = stats.num_preemptions
         rows = []
         for event in events:
             s = event.sequence
             if event.finished:
                 self._by_id.pop(s.request_id, None)
             rows.append(
-                (s.request_id, event.index, event.time, event.finished, s.scheduled_ts,
-                 s.first_token_ts, s.last_token_ts, s.finished_ts, s.num_output,
-                 s.num_preemptions)
+                _TokenRow(s.request_id, event.index, event.time, event.finished, s.scheduled_ts,
+                          s.first_token_ts, s.last_token_ts, s.finished_ts, s.num_output)
             )  # fmt: skip
-        summary = (stats.num_running, stats.num_waiting, stats.kv_cache_usage, preempted)
+        summary = _Summary(
+            stats.num_running,
+            stats.num_waiting,
+            stats.kv_cache_usage,
+            stats.num_preemptions,
+            list(stats.recent_preemptions)[-new:] if new else [],
+        )
         self.outbox.put((record, summary, rows))
 
     def send_forever(self) -> None:
@@ -197,6 +229,12 @@ class ProcessEngineLoop:
         )
         self._process.start()
         child.close()
+        # Like vLLM's handshake with its engine core: serve only once the core is stepping,
+        # so that the first requests' queue time is not the core's start-up.
+        if not self._conn.poll(_STARTUP_TIMEOUT_SECONDS):
+            self._process.kill()
+            raise RuntimeError(f"the engine core did not start in {_STARTUP_TIMEOUT_SECONDS} s")
+        self._on_started(self._conn.recv())
         self._loop = loop
         loop.add_reader(self._conn.fileno(), self._on_readable)
 
@@ -227,10 +265,7 @@ class ProcessEngineLoop:
 
     def _send_add(self, seq: Sequence) -> None:
         assert self._conn is not None
-        self._conn.send(
-            ("add", seq.request_id, seq.prompt_tokens, seq.output_tokens, seq.arrival,
-             seq.queue_delay, seq.prefill_delay)
-        )  # fmt: skip
+        self._conn.send(("add", seq))
 
     def abort(self, seq: Sequence) -> None:
         if self._sinks.pop(seq.request_id, None) is not None and self._conn is not None:
@@ -261,23 +296,14 @@ class ProcessEngineLoop:
                     self._loop.remove_reader(self._conn.fileno())
                 self._core_gone()
                 return
-            if message[0] == "started":
-                _, self.scheduling, self.step_thread_id = message
-                _log.info(
-                    "engine core process, step thread %d: %s",
-                    self.step_thread_id,
-                    self.scheduling,
-                )
-                continue
             record, summary, rows = message
-            running, waiting, kv_usage, preempted = summary
-            self.stats.num_running, self.stats.num_waiting = running, waiting
-            self.stats.kv_cache_usage = kv_usage
-            self.stats.num_preemptions += len(preempted)
-            self.stats.preempted_ids.extend(preempted)
+            self.stats.num_running = summary.num_running
+            self.stats.num_waiting = summary.num_waiting
+            self.stats.kv_cache_usage = summary.kv_cache_usage
+            self.stats.num_preemptions = summary.num_preemptions
+            self.stats.recent_preemptions.extend(summary.new_preemptions)
             if record is not None:
                 self._records.append(record)
-                self.stats.steps += 1
                 for observer in self._observers:
                     observer.on_step(record, self.stats)
             elif not rows:
@@ -286,13 +312,18 @@ class ProcessEngineLoop:
             for row in rows:
                 self._deliver(row)
 
-    def _deliver(self, row: tuple[Any, ...]) -> None:
-        request_id, index, time, finished = row[:4]
+    def _on_started(self, message: tuple[str, str, int]) -> None:
+        _, self.scheduling, self.step_thread_id = message
+        _log.info("engine core process, step thread %d: %s", self.step_thread_id, self.scheduling)
+
+    def _deliver(self, row: _TokenRow) -> None:
         # An aborted request (client gone) has no sink any more; its last tokens are dropped.
-        entry = self._sinks.pop(request_id, None) if finished else self._sinks.get(request_id)
+        sinks = self._sinks
+        entry = sinks.pop(row.request_id, None) if row.finished else sinks.get(row.request_id)
         if entry is None:
             return
         seq, sink = entry
-        (seq.scheduled_ts, seq.first_token_ts, seq.last_token_ts, seq.finished_ts,
-         seq.num_output, seq.num_preemptions) = row[4:]  # fmt: skip
-        sink.on_token(TokenEvent(seq, index, time, finished))
+        seq.scheduled_ts, seq.first_token_ts = row.scheduled_ts, row.first_token_ts
+        seq.last_token_ts, seq.finished_ts = row.last_token_ts, row.finished_ts
+        seq.num_output = row.num_output
+        sink.on_token(TokenEvent(seq, row.token_index, row.time, row.finished))

@@ -22,10 +22,8 @@ from service.engine.core_priority import CorePriority, request_core_priority
 from service.engine.scheduler import Scheduler, SchedulerStats, Sequence, TokenEvent
 
 __all__ = [
-    "Clock",
     "EngineDead",
     "EngineLoop",
-    "MonotonicClock",
     "StallSource",
     "StepObserver",
     "StepRecord",
@@ -34,23 +32,11 @@ __all__ = [
 ]
 
 
-class Clock(Protocol):
-    """Monotonic seconds, and a blocking wait until a point on the same scale."""
-
-    def now(self) -> float: ...
-
-    def sleep_until(self, deadline: float) -> None: ...
-
-
-class MonotonicClock:
-    """`time.monotonic` (asyncio's clock too) with `time.sleep`, precise to about 0.1 ms."""
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    def sleep_until(self, deadline: float) -> None:
-        while (remaining := deadline - time.monotonic()) > 0:
-            time.sleep(remaining)
+def _sleep_until(deadline: float) -> None:
+    """Wait until `time.monotonic()` (asyncio's clock too, and system-wide) reaches
+    `deadline`; precise to about 0.1 ms on an idle core."""
+    while (remaining := deadline - time.monotonic()) > 0:
+        time.sleep(remaining)
 
 
 class EngineDead(RuntimeError):
@@ -88,7 +74,6 @@ class StepRecord:
     stall_seconds: float
     num_seqs: int
     num_tokens: int
-    num_prefill_tokens: int
 
 
 # (seconds since the engine started, the step's modelled seconds) -> extra seconds it stalls
@@ -114,7 +99,6 @@ class EngineLoop:
     def __init__(
         self,
         scheduler: Scheduler,
-        clock: Clock | None = None,
         *,
         stall_seconds: StallSource = no_stall,
         observers: tuple[StepObserver, ...] = (),
@@ -122,7 +106,6 @@ class EngineLoop:
         priority: CorePriority = "normal",
     ) -> None:
         self.scheduler = scheduler
-        self.clock = clock or MonotonicClock()
         self._records: deque[StepRecord] = deque(maxlen=keep_records)
         self._records_lock = threading.Lock()
         self._stall_seconds = stall_seconds
@@ -207,7 +190,7 @@ class EngineLoop:
 
     def _steps(self) -> None:
         self._started(request_core_priority(self._priority), threading.get_native_id())
-        started_at = self.clock.now()
+        started_at = time.monotonic()
         # Back to back, a step starts where the previous one ended: the bookkeeping between
         # them (tokens out, commands in, the next batch) overlaps the step, as vLLM's async
         # scheduling overlaps CPU work with the GPU, and shows up as lateness if it runs over.
@@ -215,7 +198,7 @@ class EngineLoop:
         while True:
             if not self._drain(block=False, timeout=None):
                 return
-            now = self.clock.now() if previous_end is None else previous_end
+            now = time.monotonic() if previous_end is None else previous_end
             events = self.scheduler.release_held(now)
             step = self.scheduler.schedule(now)
             if step is None:
@@ -226,7 +209,7 @@ class EngineLoop:
                     previous_end = None
                     continue
                 self._idle()
-                now = self.clock.now()
+                now = time.monotonic()
                 timer = self.scheduler.next_timer(now)
                 timeout = None if timer is None else max(0.0, timer - now)
                 if not self._drain(block=True, timeout=timeout):
@@ -234,8 +217,8 @@ class EngineLoop:
                 continue
             stall = self._stall_seconds(now - started_at, step.seconds)
             modelled = step.seconds + stall
-            self.clock.sleep_until(now + modelled)
-            end = previous_end = self.clock.now()
+            _sleep_until(now + modelled)
+            end = previous_end = time.monotonic()
             events += self.scheduler.complete(step, end)
             record = StepRecord(
                 start=now,
@@ -244,7 +227,6 @@ class EngineLoop:
                 stall_seconds=stall,
                 num_seqs=len(step.entries),
                 num_tokens=step.num_tokens,
-                num_prefill_tokens=step.num_prefill_tokens,
             )
             with self._records_lock:
                 self._records.append(record)

@@ -19,10 +19,8 @@ from prometheus_client import CollectorRegistry
 from service.engine.core_priority import CorePriority
 from service.engine.core_process import ProcessEngineLoop
 from service.engine.engine_loop import (
-    Clock,
     EngineDead,
     EngineLoop,
-    MonotonicClock,
     StallSource,
     no_stall,
 )
@@ -120,7 +118,6 @@ class EngineRuntime:
         model_name: str,
         tracer: RequestTracer,
         registry: CollectorRegistry,
-        clock: Clock | None = None,
         stall_seconds: StallSource | None = None,
         trouble: TroubleMaker | None = None,
         faults_enabled: bool = False,
@@ -142,8 +139,6 @@ class EngineRuntime:
         self.trouble = trouble or TroubleMaker()
         self.faults_enabled = faults_enabled
         self.created = int(time.time())
-        # The core process keeps time with time.monotonic, the system-wide monotonic clock.
-        self.clock = clock or MonotonicClock()
         self.core = core
         self.loop: EngineLoop | ProcessEngineLoop
         if core == "process":
@@ -156,7 +151,6 @@ class EngineRuntime:
         else:
             self.loop = EngineLoop(
                 self.scheduler,
-                self.clock,
                 stall_seconds=stall_seconds or no_stall,
                 observers=(self.metrics,),
                 priority=core_priority,
@@ -203,7 +197,7 @@ class EngineRuntime:
             request_id=request.request_id,
             prompt_tokens=request.prompt_tokens,
             output_tokens=request.plan.num_tokens,
-            arrival=self.clock.now(),
+            arrival=time.monotonic(),
             queue_delay=request.queue_delay,
             prefill_delay=request.prefill_delay,
         )

@@ -111,10 +111,6 @@ class Step:
     def num_tokens(self) -> int:
         return sum(n for _, n in self.entries)
 
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(n for seq, n in self.entries if seq.num_computed < seq.prompt_tokens)
-
 
 @dataclass
 class SchedulerStats:
@@ -122,8 +118,9 @@ class SchedulerStats:
     num_waiting: int = 0
     kv_cache_usage: float = 0.0  # 0..1, as vllm:kv_cache_usage_perc reports it
     num_preemptions: int = 0
-    steps: int = 0
-    preempted_ids: list[str] = field(default_factory=list)
+    # The latest preempted request ids, for tests and debugging; bounded, as a server runs
+    # for weeks.
+    recent_preemptions: deque[str] = field(default_factory=lambda: deque(maxlen=1024))
 
 
 class Scheduler:
@@ -247,7 +244,6 @@ class Scheduler:
                 self.held.append(seq)
                 continue
             events.append(self._emit(seq, end))
-        self.stats.steps += 1
         self._update_stats()
         return events
 
@@ -285,7 +281,7 @@ class Scheduler:
         seq.num_computed = 0
         seq.num_preemptions += 1
         self.stats.num_preemptions += 1
-        self.stats.preempted_ids.append(seq.request_id)
+        self.stats.recent_preemptions.append(seq.request_id)
         self.waiting.appendleft(seq)
 
     def _update_stats(self) -> None:

@@ -35,11 +35,13 @@ def test_delay_header_parsing_keeps_engine_keys_only() -> None:
     assert engine_delays("queue=999999") == {"queue": 10.0}
 
 
+@pytest.mark.parametrize("core", ["thread", "process"])
 @pytest.mark.parametrize("faults", [True, False], ids=["faults-on", "faults-off"])
 def test_delay_header_lengthens_queue_and_prefill_only_with_faults(
-    planner: OutputPlanner, faults: bool
+    planner: OutputPlanner, faults: bool, core: Literal["thread", "process"]
 ) -> None:
-    engine = build_engine(preset("qwen3-8b-h100"), planner, faults=faults)
+    # The process core gets the delays through the pipe, as `spanbudget engine` runs it.
+    engine = build_engine(preset("qwen3-8b-h100"), planner, faults=faults, core=core)
 
     async def run() -> None:
         async with serve(engine.app) as url, httpx.AsyncClient(base_url=url) as client:

@@ -166,7 +166,7 @@ def test_full_kv_cache_preempts_and_the_preempted_request_completes(
             return results, (await client.get("/metrics")).text
 
     results, metrics = asyncio.run(run())
-    preempted = set(engine.runtime.loop.stats.preempted_ids)
+    preempted = set(engine.runtime.loop.stats.recent_preemptions)
     assert preempted, "the KV cache never filled"
     for result in results:
         assert result.done
@@ -180,4 +180,4 @@ def test_full_kv_cache_preempts_and_the_preempted_request_completes(
         for family in text_string_to_metric_families(metrics)
         for sample in family.samples
     }
-    assert samples["vllm:num_preemptions_total"] == len(engine.runtime.loop.stats.preempted_ids)
+    assert samples["vllm:num_preemptions_total"] == engine.runtime.loop.stats.num_preemptions
