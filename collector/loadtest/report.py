@@ -113,9 +113,7 @@ def build_report(
     for row in judged:
         by_status[row["verdict_status"]] = by_status.get(row["verdict_status"], 0) + 1
     within = len(good) / total if total else 0.0
-    # Like the collector's /api/summary, stage statistics leave out `incomplete` verdicts:
-    # with no first token, their window is the whole request, not the time to first token.
-    timed = [row for row in judged if row["verdict_status"] != "incomplete"]
+    timed = _timed(judged)
     stages = []
     for stage in budget.stages:
         values = _values(timed, f"{stage.name}_ms")
@@ -164,7 +162,7 @@ def build_report(
         "total_ms": percentiles(_values(rows, "total_ms")),
         "stages": stages,
         "phases": _phases(rows, budget),
-        "stage_p95_over_time": _over_time(judged, budget),
+        "stage_p95_over_time": _over_time(timed, budget),
         "slowest": [
             {
                 "trace_id": row["trace_id"],
@@ -181,6 +179,13 @@ def build_report(
     }
 
 
+def _timed(judged: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The verdicts every stage statistic of the report is taken over. Like the collector's
+    /api/summary, they leave out `incomplete` ones: with no first token, their window is the
+    whole request, not the time to first token."""
+    return [row for row in judged if row["verdict_status"] != "incomplete"]
+
+
 def _phases(rows: Sequence[Mapping[str, Any]], budget: Budget) -> list[dict[str, Any]]:
     names: list[str] = []
     for row in rows:
@@ -193,7 +198,7 @@ def _phases(rows: Sequence[Mapping[str, Any]], budget: Budget) -> list[dict[str,
         good = sum(1 for row in judged if row["verdict_status"] in GOOD_STATUSES)
         p95 = {}
         for stage in budget.stages:
-            values = sorted(_values(judged, f"{stage.name}_ms"))
+            values = sorted(_values(_timed(judged), f"{stage.name}_ms"))
             p95[stage.name] = percentile(values, 95) if values else None
         result.append(
             {

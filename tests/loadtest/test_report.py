@@ -170,3 +170,7 @@ def test_incomplete_traces_stay_out_of_stage_statistics(budget: Budget) -> None:
     assert prefill["count"] == 18  # the 18 joined complete traces of make_rows, not 19
     assert prefill["ms"]["max"] < 352.0
     assert report["verdicts"]["by_status"]["incomplete"] == 1
+    # The per-phase and over-time p95s leave it out too: one rule for every stage statistic.
+    burst = next(p for p in report["phases"] if p["name"] == "burst")  # only the incomplete one
+    assert burst["stage_p95_ms"]["prefill"] is None
+    assert all((w["prefill"] or 0) < 352.0 for w in report["stage_p95_over_time"])
