@@ -24,6 +24,7 @@ from collector.alerts.burnrate import (
     over_limit,
 )
 from collector.budget import Budget
+from collector.links import jaeger_trace_url, ui_trace_url
 from collector.stats import percentile
 from collector.verdict import Verdict
 
@@ -73,11 +74,9 @@ class Alert:
     def trace_links(self) -> list[str]:
         links = []
         for trace_id in self.example_trace_ids:
-            if self.ui_url:
-                links.append(f"{self.ui_url.rstrip('/')}/#{trace_id}")
-            if self.jaeger_ui:
-                links.append(f"{self.jaeger_ui.rstrip('/')}/trace/{trace_id}")
-        return links
+            links.append(ui_trace_url(self.ui_url, trace_id))
+            links.append(jaeger_trace_url(self.jaeger_ui, trace_id))
+        return [link for link in links if link]
 
     def annotations(self) -> dict[str, str]:
         what = "time to first token" if self.stage == TOTAL else f"stage {self.stage}"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.budget import Budget
+from collector.links import jaeger_trace_url, ui_trace_url
 from collector.loadtest.client import RequestRecord
 from collector.stats import percentile, percentiles
 
@@ -169,10 +170,8 @@ def build_report(
                 "ttft_ms": float(row["verdict_ttft_ms"]),
                 "status": row["verdict_status"],
                 "blame": row["blame"].split(),
-                "ui_url": f"{info.ui_url.rstrip('/')}/#{row['trace_id']}" if info.ui_url else "",
-                "jaeger_url": f"{info.jaeger_ui.rstrip('/')}/trace/{row['trace_id']}"
-                if info.jaeger_ui
-                else "",
+                "ui_url": ui_trace_url(info.ui_url, row["trace_id"]),
+                "jaeger_url": jaeger_trace_url(info.jaeger_ui, row["trace_id"]),
             }
             for row in slowest
         ],
