@@ -17,7 +17,7 @@ from collector.semconv import LOADTEST_RUN_ID
 from collector.stats import PERCENTILES, percentile
 from collector.verdict import Status, Verdict
 
-__all__ = ["PERCENTILES", "VerdictStore", "percentile"]
+__all__ = ["VerdictStore"]
 
 
 _SCHEMA = """

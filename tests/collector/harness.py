@@ -25,7 +25,7 @@ from collector.live.pipeline import Pipeline, VerdictListener
 from collector.live.settings import CollectorSettings
 from collector.live.store import VerdictStore
 from collector.spans import Span, SpanKind
-from tests.otlp_build import request_to_json, to_request
+from tests.otlp_build import request_to_json
 from tests.servers import ServerThread
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,11 +129,6 @@ def running_collector(
 
 
 # -- OTLP encoding of test spans -----------------------------------------------------------
-
-
-def otlp_request(spans: Sequence[Span]) -> ExportTraceServiceRequest:
-    """Spans as an OTLP request, one ResourceSpans per service, in the given order."""
-    return to_request(spans)
 
 
 def otlp_json(request: ExportTraceServiceRequest) -> bytes:

@@ -16,9 +16,9 @@ from collector.live.metrics import BUDGET_BUCKETS_SECONDS
 from tests.collector.harness import (
     Collector,
     idle_pipeline,
-    otlp_request,
     running_collector,
 )
+from tests.otlp_build import to_request
 from tests.traces import rag_trace
 
 PROTOBUF = "application/x-protobuf"
@@ -31,7 +31,7 @@ def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Collector]:
         spans = []
         for n, shape in enumerate(SHAPES):
             spans += rag_trace(trace_id=f"{n + 1:032x}", **shape).spans  # type: ignore[arg-type]
-        assert running.post(otlp_request(spans).SerializeToString(), PROTOBUF).status_code == 200
+        assert running.post(to_request(spans).SerializeToString(), PROTOBUF).status_code == 200
         for n in range(len(SHAPES)):
             running.verdict(f"{n + 1:032x}")
         yield running
@@ -152,7 +152,7 @@ def test_health_and_readiness(tmp_path: Path) -> None:
         assert client.get("/readyz").status_code == 200
         pipeline.close()
         assert client.get("/readyz").status_code == 503
-        body = otlp_request(rag_trace().spans).SerializeToString()
+        body = to_request(rag_trace().spans).SerializeToString()
         refused = client.post("/v1/traces", content=body, headers={"Content-Type": PROTOBUF})
         assert refused.status_code == 503
         assert refused.headers["retry-after"] == "1"

@@ -15,7 +15,8 @@ import pytest
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from tests.collector.harness import Collector, otlp_json, otlp_request, running_collector
+from tests.collector.harness import Collector, otlp_json, running_collector
+from tests.otlp_build import to_request
 from tests.traces import rag_trace
 
 PROTOBUF = "application/x-protobuf"
@@ -24,11 +25,11 @@ MIB = 1024 * 1024
 
 
 def _good() -> bytes:
-    return bytes(otlp_request(rag_trace(trace_id="c" * 32).spans).SerializeToString())
+    return bytes(to_request(rag_trace(trace_id="c" * 32).spans).SerializeToString())
 
 
 def _json_doc() -> dict[str, Any]:
-    return dict(json.loads(otlp_json(otlp_request(rag_trace(trace_id="d" * 32).spans))))
+    return dict(json.loads(otlp_json(to_request(rag_trace(trace_id="d" * 32).spans))))
 
 
 def _json_with(edit: object) -> bytes:
@@ -45,7 +46,7 @@ def _gzip_bomb(inflated_bytes: int) -> bytes:
 
 def _one_span_with_attribute(size: int) -> bytes:
     spans = rag_trace(trace_id="e" * 32).spans[:1]
-    request = otlp_request(spans)
+    request = to_request(spans)
     kv = request.resource_spans[0].scope_spans[0].spans[0].attributes.add()
     kv.key = "big"
     kv.value.string_value = "x" * size
@@ -75,7 +76,7 @@ BAD_INPUTS = {
 
 
 def _protobuf_with_short_ids() -> bytes:
-    request = otlp_request(rag_trace(trace_id="f" * 32).spans)
+    request = to_request(rag_trace(trace_id="f" * 32).spans)
     request.resource_spans[0].scope_spans[0].spans[0].trace_id = b"\x01" * 15
     return bytes(request.SerializeToString())
 
@@ -118,7 +119,7 @@ def test_size_limits_are_413_and_memory_stays_bounded(collector: Collector) -> N
 
 
 def test_a_big_span_is_rejected_alone_with_partial_success(collector: Collector) -> None:
-    request = otlp_request(rag_trace(trace_id="ab" * 16).spans)
+    request = to_request(rag_trace(trace_id="ab" * 16).spans)
     kv = request.resource_spans[1].scope_spans[0].spans[1].attributes.add()  # gateway.validate
     kv.key = "big"
     kv.value.string_value = "x" * MIB

@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from collector.live.store import VerdictStore
-from tests.collector.harness import BUDGET, otlp_request
+from tests.collector.harness import BUDGET
+from tests.otlp_build import to_request
 from tests.servers import free_port, wait_until
 from tests.traces import rag_trace
 
@@ -24,7 +25,7 @@ PROTOBUF = "application/x-protobuf"
 
 
 def _judged(client: httpx.Client, trace_id: str) -> dict:  # type: ignore[type-arg]
-    body = otlp_request(rag_trace(trace_id=trace_id).spans).SerializeToString()
+    body = to_request(rag_trace(trace_id=trace_id).spans).SerializeToString()
     assert client.post("/v1/traces", content=body, headers={"Content-Type": PROTOBUF}).is_success
     found: dict = {}  # type: ignore[type-arg]
 
@@ -100,7 +101,7 @@ def test_collect_reloads_on_sighup_and_flushes_on_sigterm(tmp_path: Path) -> Non
             # A trace whose root never arrives is held (max age 60 s) until shutdown.
             rootless = [replace(s, trace_id="4" * 32) for s in rag_trace().spans[1:]]
             rootless = [replace(rootless[0], parent_span_id="e" * 16), *rootless[1:]]
-            body = otlp_request(rootless).SerializeToString()
+            body = to_request(rootless).SerializeToString()
             assert client.post(
                 "/v1/traces", content=body, headers={"Content-Type": PROTOBUF}
             ).is_success

@@ -22,7 +22,8 @@ from collector.semconv import (
 )
 from collector.spans import SpanKind
 from collector.verdict import Verdict
-from tests.collector.harness import Collector, ServerThread, otlp_request, running_collector
+from tests.collector.harness import Collector, ServerThread, running_collector
+from tests.otlp_build import to_request
 from tests.servers import free_port, wait_until
 from tests.traces import TraceBuilder, rag_trace
 
@@ -72,7 +73,7 @@ def _attributes(span: Any) -> dict[str, Any]:
 
 
 def _send(collector: Collector, spans: list[Any]) -> None:
-    response = collector.post(otlp_request(spans).SerializeToString(), PROTOBUF)
+    response = collector.post(to_request(spans).SerializeToString(), PROTOBUF)
     assert response.status_code == 200
 
 

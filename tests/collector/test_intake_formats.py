@@ -20,10 +20,10 @@ from tests.collector.harness import (
     BUDGET,
     comparable,
     otlp_json,
-    otlp_request,
     replay_with_sdk,
     running_collector,
 )
+from tests.otlp_build import to_request
 from tests.traces import rag_trace
 
 SERVICES = ("spanbudget-loadtest", "rag-gateway", "vllm")
@@ -94,7 +94,7 @@ def test_protobuf_json_and_gzip_bodies_give_identical_verdicts(tmp_path: Path) -
         for i in range(4):
             trace_id = f"{i + 1:032x}"
             spans = rag_trace(trace_id=trace_id, retrieval=25, queue=30).spans
-            request = otlp_request(spans)
+            request = to_request(spans)
             body, content_type, headers = _bodies(request.SerializeToString(), otlp_json(request))[
                 i
             ]
@@ -124,7 +124,7 @@ def test_shuffled_and_split_spans_give_the_same_verdicts(tmp_path: Path) -> None
         in_order = []
         for n, shape in enumerate(shapes):
             spans = rag_trace(trace_id=f"a{n:031x}", **shape).spans  # type: ignore[arg-type]
-            response = collector.post(otlp_request(spans).SerializeToString(), PROTOBUF)
+            response = collector.post(to_request(spans).SerializeToString(), PROTOBUF)
             assert response.status_code == 200
             in_order.append(spans)
         shuffled = [
@@ -137,7 +137,7 @@ def test_shuffled_and_split_spans_give_the_same_verdicts(tmp_path: Path) -> None
             size = rng.randint(1, 5)
             chunk, shuffled = shuffled[:size], shuffled[size:]
             assert (
-                collector.post(otlp_request(chunk).SerializeToString(), PROTOBUF).status_code == 200
+                collector.post(to_request(chunk).SerializeToString(), PROTOBUF).status_code == 200
             )
         for n in range(len(shapes)):
             first = collector.verdict(f"a{n:031x}")

@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 
 from collector.live.api import create_app
 from collector.verdict import Verdict
-from tests.collector.harness import idle_pipeline, otlp_request, running_collector
+from tests.collector.harness import idle_pipeline, running_collector
+from tests.otlp_build import to_request
 from tests.traces import rag_trace
 
 PROTOBUF = "application/x-protobuf"
@@ -45,7 +46,7 @@ def test_flood_beyond_the_queue_gets_503_and_reconciles_exactly(tmp_path: Path) 
     with running_collector(tmp_path, listeners=[gate], intake_queue_spans=10 * span_count) as c:
         assert (
             c.post(
-                otlp_request(rag_trace(trace_id="0" * 31 + "1").spans).SerializeToString(), PROTOBUF
+                to_request(rag_trace(trace_id="0" * 31 + "1").spans).SerializeToString(), PROTOBUF
             ).status_code
             == 200
         )
@@ -56,7 +57,7 @@ def test_flood_beyond_the_queue_gets_503_and_reconciles_exactly(tmp_path: Path) 
             with httpx.Client(base_url=c.url, timeout=10) as client:
                 for i in range(REQUESTS_EACH):
                     trace_id = f"{sender + 1:04x}{i + 1:028x}"
-                    body = otlp_request(rag_trace(trace_id=trace_id).spans).SerializeToString()
+                    body = to_request(rag_trace(trace_id=trace_id).spans).SerializeToString()
                     r = client.post("/v1/traces", content=body, headers={"Content-Type": PROTOBUF})
                     out.append((trace_id, r.status_code, r.headers.get("retry-after")))
             return out
@@ -92,7 +93,7 @@ def test_traces_that_never_complete_stay_bounded_and_evictions_are_counted(
         spans += rag_trace(trace_id=f"{n + 1:032x}").spans[1:]
     with running_collector(tmp_path, max_traces=50, max_trace_age_seconds=600) as c:
         for start in range(0, len(spans), 500):
-            body = otlp_request(spans[start : start + 500]).SerializeToString()
+            body = to_request(spans[start : start + 500]).SerializeToString()
             assert c.post(body, PROTOBUF).status_code == 200
         deadline = time.monotonic() + 10
         while c.metric("spanbudget_traces_dropped_total", reason="buffer_full") < 150:
@@ -106,7 +107,7 @@ def test_traces_that_never_complete_stay_bounded_and_evictions_are_counted(
 def test_requests_without_spans_never_pile_up_in_the_intake_queue(tmp_path: Path) -> None:
     # The bound counts spans; a flood of span-less requests must not grow the queue either.
     pipeline = idle_pipeline(tmp_path)  # not started: nothing drains the queue
-    empty = otlp_request([]).SerializeToString() + b"\n\x00"  # one empty ResourceSpans
+    empty = to_request([]).SerializeToString() + b"\n\x00"  # one empty ResourceSpans
     with TestClient(create_app(pipeline)) as client:
         for body, content_type in ((empty, PROTOBUF), (b'{"resourceSpans": []}', JSON)):
             for _ in range(200):
@@ -115,7 +116,7 @@ def test_requests_without_spans_never_pile_up_in_the_intake_queue(tmp_path: Path
                 )
                 assert response.status_code == 200
         assert pipeline.wait_idle(0.2)  # nothing queued
-        full = otlp_request(rag_trace().spans).SerializeToString()
+        full = to_request(rag_trace().spans).SerializeToString()
         response = client.post("/v1/traces", content=full, headers={"Content-Type": PROTOBUF})
         assert response.status_code == 200
         assert not pipeline.wait_idle(0.2)  # a real request is queued, as it should be
@@ -127,10 +128,10 @@ def test_a_request_that_can_never_fit_is_413_not_503(tmp_path: Path) -> None:
     big = [s for i in range(3) for s in rag_trace(trace_id=f"{i + 1:032x}").spans]  # 33 spans
     small = rag_trace(trace_id=f"{99:032x}").spans
     with running_collector(tmp_path, intake_queue_spans=20) as collector:
-        refused = collector.post(otlp_request(big).SerializeToString(), "application/x-protobuf")
+        refused = collector.post(to_request(big).SerializeToString(), "application/x-protobuf")
         assert refused.status_code == 413
         assert "Retry-After" not in refused.headers
         assert collector.metric("spanbudget_spans_rejected_total", reason="too_many_spans") == 33
-        accepted = collector.post(otlp_request(small).SerializeToString(), "application/x-protobuf")
+        accepted = collector.post(to_request(small).SerializeToString(), "application/x-protobuf")
         assert accepted.status_code == 200
         assert collector.verdict(f"{99:032x}")["status"] == "ok"

@@ -13,7 +13,8 @@ import pytest
 
 from collector.budget_file import load_budget
 from collector.evaluate import Evaluator
-from collector.live.store import PERCENTILES, VerdictStore, percentile
+from collector.live.store import VerdictStore
+from collector.stats import PERCENTILES, percentile
 from collector.verdict import Status, Verdict
 from tests.collector.harness import BUDGET
 from tests.traces import rag_trace

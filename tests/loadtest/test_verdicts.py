@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from collector.loadtest.verdicts import wait_for_verdicts
-from tests.collector.harness import otlp_request, running_collector
+from tests.collector.harness import running_collector
+from tests.otlp_build import to_request
 from tests.traces import rag_trace
 
 PROTOBUF = "application/x-protobuf"
@@ -21,7 +22,7 @@ def test_a_run_larger_than_one_api_page_gets_every_verdict(tmp_path: Path) -> No
             spans = []
             for trace_id in trace_ids[start : start + 200]:
                 spans += rag_trace(trace_id=trace_id).spans
-            body = otlp_request(spans).SerializeToString()
+            body = to_request(spans).SerializeToString()
             assert collector.post(body, PROTOBUF).status_code == 200
         assert collector.pipeline.wait_idle(60)
         found = wait_for_verdicts(collector.url, "run-1", trace_ids, timeout_s=5, poll_s=0.1)
