@@ -1,7 +1,8 @@
 """Metric names for the deployment tests: the exposed-name contract, PromQL name extraction.
 
 The dashboard and the rule file may only query names that a real process exposes; this
-module says which names those are (today: the contract; later: a live scrape).
+module says which names those are: the DESIGN §7 contract, and a live scrape of running
+processes to check the contract against.
 """
 
 from __future__ import annotations

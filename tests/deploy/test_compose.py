@@ -185,13 +185,16 @@ def test_processes_listen_where_their_ports_point(services: dict[str, dict[str, 
     # Spans reach the OTel Collector: vLLM over gRPC (its default), our processes over HTTP.
     vllm_endpoint = _flag(services["vllm"]["command"], "--otlp-traces-endpoint")
     assert vllm_endpoint == "grpc://otel-collector:4317"
-    for name in ("engine", "gateway", "budget-collector"):
+    for name in ("engine", "gateway"):
         env = services[name]["environment"]
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318", name
     assert services["engine"]["environment"]["OTEL_SERVICE_NAME"] == "vllm"
     # The image's user is not root: real-time priority 1 for the step thread needs rtprio.
     assert services["engine"]["ulimits"]["rtprio"] >= 1
     assert services["gateway"]["environment"]["OTEL_SERVICE_NAME"] == "rag-gateway"
+    # The budget collector does not trace itself: its spans would loop back into it.
+    for name in ("budget-collector", "budget-collector-2"):
+        assert services[name]["environment"]["OTEL_SDK_DISABLED"] == "true", name
 
 
 def test_vllm_gets_a_gpu_shared_memory_and_a_model_cache(
