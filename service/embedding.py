@@ -4,7 +4,7 @@ micro-batching so that concurrent queries share model calls."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -53,30 +53,15 @@ class SentenceTransformerEmbedder:
         return self._dimension
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        return self.embed_batches(texts, batch_size=64)
-
-    def embed_batches(
-        self,
-        texts: Sequence[str],
-        *,
-        batch_size: int,
-        progress: Callable[[int], None] | None = None,
-    ) -> list[list[float]]:
-        """Embed in batches, calling `progress(done)` after each; vectors are normalised."""
-        vectors: list[list[float]] = []
-        for start in range(0, len(texts), batch_size):
-            batch = list(texts[start : start + batch_size])
-            array = self._model.encode(
-                batch,
-                batch_size=batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-            vectors.extend(row.tolist() for row in array)
-            if progress is not None:
-                progress(len(batch))
-        return vectors
+        """Normalised vectors, one per text (the model batches internally, 64 at a time)."""
+        array = self._model.encode(
+            list(texts),
+            batch_size=64,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return [row.tolist() for row in array]
 
 
 class EmbeddingBatcher:

@@ -11,7 +11,7 @@ from opentelemetry.trace import Span
 
 from service.semconv import FAULT_DELAY_MS
 
-__all__ = ["DELAY_HEADER", "GATEWAY_STAGES", "FaultPlan", "parse_delay_header"]
+__all__ = ["DELAY_HEADER", "GATEWAY_STAGES", "NO_FAULTS", "FaultPlan", "parse_delay_header"]
 
 DELAY_HEADER = "x-spanbudget-delay"
 GATEWAY_STAGES = frozenset({"gateway", "retrieval", "prompt"})
@@ -56,3 +56,6 @@ class FaultPlan:
         if ms:
             span.set_attribute(FAULT_DELAY_MS, ms)
             await asyncio.sleep(ms / 1000.0)
+
+
+NO_FAULTS = FaultPlan()  # a request without injected delays (the plan is immutable)

@@ -12,7 +12,7 @@ import jinja2
 from opentelemetry.trace import TracerProvider
 
 from service import semconv as sc
-from service.faults import FaultPlan
+from service.faults import NO_FAULTS, FaultPlan
 from service.tokens import TokenCounter
 from service.vectorstore import Hit
 
@@ -75,13 +75,12 @@ class PromptBuilder:
         self,
         conversation: Sequence[dict[str, str]],
         hits: Sequence[Hit],
-        faults: FaultPlan | None = None,
+        faults: FaultPlan = NO_FAULTS,
     ) -> RenderedPrompt:
         with self._tracer.start_as_current_span(
             sc.SPAN_PROMPT, attributes={sc.PROMPT_TEMPLATE_ID: self._template_id}
         ) as span:
-            if faults is not None:
-                await faults.inject("prompt", span)
+            await faults.inject("prompt", span)
             kept, context_tokens = self.fit(hits)
             documents: list[dict[str, Any]] = [
                 {"title": h.title, "text": h.text, "source": h.source, "score": h.score}

@@ -10,7 +10,7 @@ from opentelemetry.trace import SpanKind, TracerProvider
 
 from service import semconv as sc
 from service.embedding import Embedder, EmbeddingBatcher
-from service.faults import FaultPlan
+from service.faults import NO_FAULTS, FaultPlan
 from service.vectorstore import Hit, VectorStore
 
 __all__ = ["Retriever"]
@@ -40,15 +40,11 @@ class Retriever:
     def collection(self) -> str:
         return self._store.collection
 
-    @property
-    def model_name(self) -> str:
-        return self._embedder.model_name
-
     def ready(self) -> bool:
         """True when the collection exists and holds points (the model loads at construction)."""
         return self._store.exists()
 
-    async def retrieve(self, query: str, faults: FaultPlan | None = None) -> list[Hit]:
+    async def retrieve(self, query: str, faults: FaultPlan = NO_FAULTS) -> list[Hit]:
         collection = self._store.collection
         with self._tracer.start_as_current_span(
             sc.retrieval_span_name(collection),
@@ -57,8 +53,7 @@ class Retriever:
                 sc.GEN_AI_DATA_SOURCE_ID: collection,
             },
         ) as span:
-            if faults is not None:
-                await faults.inject("retrieval", span)
+            await faults.inject("retrieval", span)
             with self._tracer.start_as_current_span(
                 sc.embeddings_span_name(self._embedder.model_name),
                 attributes={

@@ -8,6 +8,8 @@ from typing import Annotated
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.tokens import DEFAULT_TOKENIZER
+
 __all__ = ["Settings", "parse_listen"]
 
 
@@ -75,7 +77,7 @@ class Settings(BaseSettings):
     full_scan_threshold_kb: int = Field(10, ge=1)
     templates_dir: Path | None = None
     template: str = "rag.j2"
-    tokenizer: str = "qwen2.5-72b-instruct"
+    tokenizer: str = DEFAULT_TOKENIZER
     context_token_budget: int = Field(1500, ge=0)
     api_keys: Annotated[tuple[str, ...], NoDecode] = ()
     jwt_secret: str = ""
@@ -89,10 +91,6 @@ class Settings(BaseSettings):
 
     _split = field_validator("api_keys", "jwt_algorithms", mode="before")(_split_csv)
     _listen = field_validator("listen")(_valid_listen)
-
-    @property
-    def auth_enabled(self) -> bool:
-        return bool(self.api_keys or self.jwt_secret)
 
     @property
     def shard_path(self) -> Path:

@@ -23,6 +23,7 @@ from collector.budget_file import BudgetError, load_budget
 from collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, new_run_id
 from collector.loadtest.schedule import Arrival, Phase
 from collector.loadtest.telemetry import loadtest_tracer_provider
+from service.settings import Settings as GatewaySettings
 from spanbudget.processes import Child, ChildFailed, Supervisor
 
 __all__ = ["DemoSettings", "run_demo"]
@@ -60,7 +61,9 @@ def _command(*args: str) -> list[str]:
 
 
 def _ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: Console) -> None:
-    shard = settings.data_dir / "qdrant" / "rag-docs"
+    # Where the gateway will read, with the same environment (SPANBUDGET_COLLECTION, ...).
+    overrides: dict[str, Any] = {"data_dir": settings.data_dir}
+    shard = GatewaySettings(**overrides).shard_path
     if shard.is_dir() and any(shard.iterdir()):
         return
     console.print("[bold]first run:[/] ingesting the default corpus (the Python docs)...")

@@ -6,7 +6,13 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from collector.budget_file import load_budget
+from collector.loadtest.report import build_report
 from spanbudget.cli import app
+from spanbudget.demo import what_to_look_at
+from tests.loadtest.test_report import INFO, make_rows
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_demo_with_an_invalid_budget_exits_2_and_starts_nothing(tmp_path: Path) -> None:
@@ -29,3 +35,16 @@ def test_demo_with_a_bad_duration_exits_2(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "--duration" in result.output
     assert not data.exists()
+
+
+def test_what_to_look_at_reads_the_report_the_load_test_writes() -> None:
+    """The hint reads keys of report.json: a renamed key must fail here, not after a run."""
+    budget = load_budget(REPO / "budget.yaml").budget
+    report = build_report(make_rows(budget), budget, INFO)
+    burst = next(p for p in report["phases"] if p["name"] == "burst")
+    burst["stage_p95_ms"]["retrieval"] = 61.0  # over its 40 ms limit
+    said = what_to_look_at(report)
+    assert said.startswith("nominal: ")
+    assert "; burst: " in said
+    assert "retrieval p95 61 ms > 40" in said
+    assert what_to_look_at({}).startswith("the logs")

@@ -104,7 +104,6 @@ def test_settings_come_from_env_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPANBUDGET_FAULTS", "1")
     settings = Settings(_env_file=None)
     assert settings.api_keys == ("k1", "k2")
-    assert settings.auth_enabled
     assert settings.llm_base_url == "http://llm:8000/v1"
     assert settings.qdrant_url == "http://qdrant:6333"
     assert settings.hnsw_ef == 128
