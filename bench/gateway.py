@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, MutableMapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from collector.budget_file import load_budget
+from collector.evaluate import Evaluator
+from collector.live.processor import span_from_sdk
 from collector.stats import percentile
+from service import semconv as sc
 from service.assembly import build_gateway, hnsw_params
 from service.embedding import SentenceTransformerEmbedder
 from service.ingest import default_corpus, ingest
@@ -166,36 +171,36 @@ async def drive(client: httpx.AsyncClient, n: int, concurrency: int) -> list[flo
     return latencies
 
 
-def stage_times(spans: list[ReadableSpan]) -> dict[str, list[float]]:
-    """Per trace, milliseconds for each stage as the budget sees it (up to the first chunk)."""
+def stage_times(spans: list[ReadableSpan], evaluator: Evaluator) -> dict[str, list[float]]:
+    """Per trace: each stage's exclusive time on the critical path as the budget collector's
+    evaluator judges it (server-only traces: no network stage), then the spans inside."""
     traces: dict[int, list[ReadableSpan]] = defaultdict(list)
     for span in spans:
         traces[span.context.trace_id].append(span)
     out: dict[str, list[float]] = defaultdict(list)
+    now = datetime.now(UTC)
     for trace_spans in traces.values():
-        by = {s.name: s for s in trace_spans}
-        server = by["POST /v1/chat/completions"]
 
-        def ms(span: ReadableSpan) -> float:
+        def span_ms(prefix: str, trace_spans: list[ReadableSpan] = trace_spans) -> float:
+            span = next(s for s in trace_spans if s.name.startswith(prefix))
             assert span.start_time is not None
             assert span.end_time is not None
             return (span.end_time - span.start_time) / 1e6
 
-        chat = next(s for s in trace_spans if s.name.startswith("chat "))
-        ttft = float((server.attributes or {})["gen_ai.response.time_to_first_chunk"]) * 1000
-        chat_ttfc = float((chat.attributes or {})["gen_ai.response.time_to_first_chunk"]) * 1000
-        retrieval = next(s for s in trace_spans if s.name.startswith("retrieval "))
-        prompt = by["prompt.render"]
-        gateway = ttft - ms(retrieval) - ms(prompt) - chat_ttfc
-        out["gateway + auth (self)"].append(gateway)
-        out["  gateway.validate"].append(ms(by["gateway.validate"]))
-        out["  auth.verify"].append(ms(by["auth.verify"]))
-        out["retrieval"].append(ms(retrieval))
-        out["  embeddings"].append(ms(next(s for s in trace_spans if s.name.startswith("embed"))))
-        out["  query"].append(ms(next(s for s in trace_spans if s.name.startswith("query "))))
-        out["prompt.render"].append(ms(prompt))
-        out["chat (stub LLM) to 1st chunk"].append(chat_ttfc)
-        out["TTFT at the gateway"].append(ttft)
+        verdict = evaluator.evaluate([span_from_sdk(s) for s in trace_spans], evaluated_at=now)
+        assert verdict is not None
+        assert verdict.ttft_ms is not None
+        stage_ms = {stage.name: stage.ms or 0.0 for stage in verdict.stages}
+
+        out["gateway + auth"].append(stage_ms["gateway"])
+        out["  gateway.validate (span)"].append(span_ms(sc.SPAN_VALIDATE))
+        out["  auth.verify (span)"].append(span_ms(sc.SPAN_AUTH))
+        out["retrieval"].append(stage_ms["retrieval"])
+        out["  embeddings (span)"].append(span_ms("embeddings "))
+        out["  query (span)"].append(span_ms("query "))
+        out["prompt"].append(stage_ms["prompt"])
+        out["prefill (stub LLM, 1st chunk)"].append(stage_ms["prefill"])
+        out["TTFT at the gateway"].append(verdict.ttft_ms)
     return out
 
 
@@ -263,11 +268,12 @@ async def main() -> None:
     traced_provider.force_flush()
     exporter.clear()
 
+    evaluator = Evaluator(load_budget(REPO / "budget.yaml").budget)
     rows: dict[int, dict[str, list[float]]] = {}
     for concurrency in (1, 10):
         await drive(clients["on"], args.requests * (1 if concurrency == 1 else 2), concurrency)
         traced_provider.force_flush()
-        rows[concurrency] = stage_times(list(exporter.get_finished_spans()))
+        rows[concurrency] = stage_times(list(exporter.get_finished_spans()), evaluator)
         exporter.clear()
 
     # Tracing cost: alternate batches of 10 on/off at concurrency 1 so that drift on this
