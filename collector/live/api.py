@@ -30,12 +30,12 @@ from collector.live.metrics import render
 from collector.live.pipeline import Pipeline
 from collector.verdict import Status
 
-__all__ = ["create_app"]
+__all__ = ["MAX_LIST", "create_app"]
 
 _TRACE_ID = re.compile(r"[0-9a-fA-F]{32}\Z")
 # google.rpc.Code values for the Status body of OTLP/HTTP errors.
 _RPC_CODES = {400: 3, 401: 16, 413: 3, 415: 3, 503: 14}
-_MAX_LIST = 1000
+MAX_LIST = 1000  # the most verdicts one listing serves; page on with `before`
 
 
 def create_app(pipeline: Pipeline) -> FastAPI:
@@ -123,10 +123,18 @@ def create_app(pipeline: Pipeline) -> FastAPI:
         stage: str | None = None,
         run_id: str | None = None,
         since: str | None = None,
-        limit: Annotated[int, Query(ge=1, le=_MAX_LIST)] = 100,
+        before: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
     ) -> list[dict[str, Any]]:
+        if before is not None and not _TRACE_ID.match(before):
+            raise HTTPException(400, "before must be a trace id, 32 hex digits")
         return store.query(
-            status=status, stage=stage, run_id=run_id, since=_since(since), limit=limit
+            status=status,
+            stage=stage,
+            run_id=run_id,
+            since=_since(since),
+            before=before.lower() if before else None,
+            limit=limit,
         )
 
     @app.get("/api/summary")

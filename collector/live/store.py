@@ -179,10 +179,15 @@ class VerdictStore:
         stage: str | None = None,
         run_id: str | None = None,
         since: float | None = None,
+        before: str | None = None,
         limit: int = 100,
     ) -> list[dict[str, Any]]:
-        """Verdicts newest first; `stage` keeps verdicts that blame that stage."""
+        """Verdicts newest first; `stage` keeps verdicts that blame that stage; `before` (a
+        trace id) starts after that verdict, to page through a long listing."""
         where, params = _filters(since, run_id)
+        if before is not None:
+            where.append("seq < (SELECT seq FROM verdicts WHERE trace_id = ?)")
+            params.append(before)
         if status is not None:
             where.append("status = ?")
             params.append(status.value)

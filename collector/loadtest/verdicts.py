@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 
-__all__ = ["PAGE", "CollectorUnavailable", "wait_for_verdicts"]
+from collector.live.api import MAX_LIST
 
-PAGE = 1000  # the most verdicts `GET /api/verdicts` serves at once (its `limit` bound)
+__all__ = ["CollectorUnavailable", "wait_for_verdicts"]
 
 
 class CollectorUnavailable(RuntimeError):
@@ -46,25 +46,12 @@ def wait_for_verdicts(
     wanted = set(trace_ids)
     found: dict[str, dict[str, Any]] = {}
     url = collector_url.rstrip("/") + "/api/verdicts"
-    params = {"run_id": run_id, "limit": str(PAGE)}
     deadline = clock() + timeout_s
     own = client is None
     http = client or httpx.Client(timeout=10.0)
     try:
         while True:
-            try:
-                response = http.get(url, params=params)
-                response.raise_for_status()
-            except httpx.HTTPError as exc:
-                raise CollectorUnavailable(f"cannot read verdicts from {url}: {exc}") from None
-            listed = _verdict_list(response.json())
-            for verdict in listed:
-                if verdict.get("trace_id") in wanted:
-                    found[verdict["trace_id"]] = verdict
-            if len(listed) >= PAGE:
-                # The newest page is full: older verdicts of the run lie beyond it, and the
-                # API has no cursor, so ask for the missing ones one by one.
-                _fetch_each(http, url, wanted - found.keys(), found, until=deadline, clock=clock)
+            _read_run(http, url, run_id, wanted, found)
             if wanted <= found.keys() or clock() >= deadline:
                 return found
             sleep(poll_s)
@@ -73,23 +60,25 @@ def wait_for_verdicts(
             http.close()
 
 
-def _fetch_each(
+def _read_run(
     http: httpx.Client,
     url: str,
-    trace_ids: Collection[str],
+    run_id: str,
+    wanted: set[str],
     found: dict[str, dict[str, Any]],
-    *,
-    until: float,
-    clock: Callable[[], float],
 ) -> None:
-    for trace_id in trace_ids:
-        if clock() >= until:
-            return
+    """Page through the run's verdicts, newest first, until a short page or all are found."""
+    params = {"run_id": run_id, "limit": str(MAX_LIST)}
+    while True:
         try:
-            response = http.get(f"{url}/{trace_id}")
+            response = http.get(url, params=params)
+            response.raise_for_status()
         except httpx.HTTPError as exc:
             raise CollectorUnavailable(f"cannot read verdicts from {url}: {exc}") from None
-        if response.status_code == 200:
-            found[trace_id] = response.json()
-        elif response.status_code != 404:  # 404: not decided yet
-            raise CollectorUnavailable(f"{url}/{trace_id} answered {response.status_code}")
+        listed = _verdict_list(response.json())
+        for verdict in listed:
+            if verdict.get("trace_id") in wanted:
+                found[verdict["trace_id"]] = verdict
+        if len(listed) < MAX_LIST or wanted <= found.keys():
+            return
+        params["before"] = listed[-1]["trace_id"]

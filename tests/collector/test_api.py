@@ -111,6 +111,15 @@ def test_verdict_listing_and_filters(collector: Collector) -> None:
     client = collector.client
     newest = client.get("/api/verdicts", params={"limit": 2}).json()
     assert len(newest) == 2
+    # `before` pages on from a verdict: the next ones, none twice, all of them in the end.
+    every = [v["trace_id"] for v in client.get("/api/verdicts").json()]
+    paged = [v["trace_id"] for v in newest]
+    while page := client.get(
+        "/api/verdicts", params={"limit": 2, "before": paged[-1].upper()}
+    ).json():
+        paged += [v["trace_id"] for v in page]
+    assert paged == every
+    assert client.get("/api/verdicts", params={"before": "xyz"}).status_code == 400
     overrun = client.get("/api/verdicts", params={"status": "overrun"}).json()
     assert {v["trace_id"] for v in overrun} == {f"{1:032x}", f"{3:032x}"}
     blamed = client.get("/api/verdicts", params={"stage": "retrieval"}).json()
