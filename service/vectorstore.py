@@ -235,13 +235,11 @@ class QdrantServerStore:
         collection: str,
         dimension: int,
         hnsw: HnswParams = HnswParams(),
-        remote: bool = True,
     ) -> None:
         self._client = client
         self._collection = collection
         self._dimension = dimension
         self._hnsw = hnsw
-        self._remote = remote
 
     @classmethod
     def connect(
@@ -264,7 +262,7 @@ class QdrantServerStore:
 
     @property
     def remote(self) -> bool:
-        return self._remote
+        return True
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:

@@ -108,7 +108,7 @@ class Forwarder:
 
     @classmethod
     def from_settings(
-        cls, settings: CollectorSettings, metrics: CollectorMetrics, *, timeout: float | None = None
+        cls, settings: CollectorSettings, metrics: CollectorMetrics
     ) -> Forwarder | None:
         """The forwarder `settings` ask for, or None when there is no `--forward-otlp`."""
         url = settings.forward_traces_url
@@ -119,7 +119,7 @@ class Forwarder:
             metrics,
             max_queue_spans=settings.forward_queue_spans,
             batch_spans=settings.forward_batch_spans,
-            timeout=settings.forward_timeout_seconds if timeout is None else timeout,
+            timeout=settings.forward_timeout_seconds,
             backoff=settings.forward_backoff_seconds,
             backoff_max=settings.forward_backoff_max_seconds,
             max_elapsed=settings.forward_max_elapsed_seconds,

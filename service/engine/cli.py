@@ -95,13 +95,13 @@ def engine(
         spanbudget engine --preset qwen3-8b-h100 --mfu 0.3 --stall 30:500 --drop-rate 0.01
     """
     from service.engine.faults import FaultError
-    from service.engine.presets import PresetError
+    from service.engine.presets import PresetError, preset_parameters
     from service.engine.settings import EngineSettings
 
     overrides = {
         name: value
         for name, value in locals().items()
-        if name in _OVERRIDE_NAMES and value is not None
+        if name in preset_parameters() and value is not None
     }
     given: dict[str, Any] = {
         "listen": listen,
@@ -129,17 +129,6 @@ def engine(
     except (PresetError, FaultError, ValueError) as exc:  # pydantic's errors are ValueErrors
         raise typer.BadParameter(str(exc)) from None
     _serve(settings, resolved, host, port)
-
-
-_OVERRIDE_NAMES = frozenset(
-    {
-        "num_gpus", "peak_tflops", "hbm_bandwidth_gbs", "hbm_gb", "params_b", "num_layers",
-        "num_heads", "num_kv_heads", "head_dim", "weight_bytes", "kv_cache_bytes",
-        "max_model_len", "mfu", "mbu", "step_overhead_ms", "gpu_memory_utilization",
-        "reserved_gb_per_gpu", "block_size", "max_num_batched_tokens", "max_num_seqs",
-        "num_gpu_blocks",
-    }
-)  # fmt: skip
 
 
 def _print_presets() -> None:

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEFAULT_PRESET", "PRESETS", "Preset", "PresetError", "get_preset"]
+__all__ = ["DEFAULT_PRESET", "PRESETS", "Preset", "PresetError", "get_preset", "preset_parameters"]
 
 _GB = 1e9
 
@@ -204,3 +204,8 @@ def get_preset(name: str) -> Preset:
         return PRESETS[name]
     except KeyError:
         raise PresetError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}") from None
+
+
+def preset_parameters() -> frozenset[str]:
+    """The numeric fields of a preset: the ones `spanbudget engine` takes as flags."""
+    return frozenset(f.name for f in dataclasses.fields(Preset) if f.type in ("int", "float"))

@@ -97,6 +97,7 @@ def running_collector(
         "forward_otlp": forward_url,
         "forward_backoff_seconds": 0.05,
         "forward_backoff_max_seconds": 0.2,
+        "forward_timeout_seconds": 2.0,
         **overrides,
     }
     settings = CollectorSettings(**values)
@@ -107,7 +108,7 @@ def running_collector(
         retention_seconds=settings.retention_seconds,
         retention_count=settings.retention_count,
     )
-    forwarder = Forwarder.from_settings(settings, metrics, timeout=2.0)
+    forwarder = Forwarder.from_settings(settings, metrics)
     pipeline = Pipeline(
         settings,
         load_budget(settings.budget_path).budget,

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from service.engine.api import create_app
 from service.engine.generation import OutputPlanner
+from service.engine.presets import preset_parameters
 from service.engine.settings import EngineSettings
 from spanbudget.cli import app
 
@@ -83,7 +84,9 @@ def test_engine_command_is_documented_and_rejects_bad_settings() -> None:
     assert result.exit_code == 0
     assert "Example" in result.output
     assert "spanbudget engine" in result.output
-    assert "--max-num-batched-tokens" in result.output  # preset parameters are flags
+    for name in preset_parameters():  # every preset parameter is a flag
+        assert f"--{name.replace('_', '-')}" in result.output, name
+    assert len(preset_parameters()) == 21
     result = runner.invoke(app, ["engine", "--preset", "nope"])
     assert result.exit_code == 2
     assert "unknown preset" in result.output
