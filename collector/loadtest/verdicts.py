@@ -81,4 +81,6 @@ def _read_run(
                 found[verdict["trace_id"]] = verdict
         if len(listed) < MAX_LIST or wanted <= found.keys():
             return
+        if params.get("before") == listed[-1]["trace_id"]:
+            return  # a collector that ignores the cursor: this is all it will give
         params["before"] = listed[-1]["trace_id"]
