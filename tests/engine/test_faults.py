@@ -156,8 +156,10 @@ def test_scheduled_stall_holds_the_step_under_way(
     records = engine.runtime.loop.records()
     stalled = [r for r in records if r.stall_seconds > 0]
     assert len(stalled) == 1
-    assert stalled[0].stall_seconds == pytest.approx(0.3)
-    assert stalled[0].actual_seconds >= 0.3
+    # All of the window if the step was under way at AT; if it was due just after AT, the
+    # rest of the window (less than one ~8 ms decode step short of it).
+    assert 0.3 - 0.01 <= stalled[0].stall_seconds <= 0.3 + 1e-9
+    assert stalled[0].actual_seconds >= stalled[0].stall_seconds
     (span,) = engine.spans.get_finished_spans()
     attrs = span.attributes or {}
     assert attrs["gen_ai.latency.e2e"] >= sum(r.actual_seconds for r in records) * 0.95
