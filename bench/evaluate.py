@@ -22,10 +22,10 @@ sys.path.insert(0, str(REPO))
 from rich.console import Console
 from rich.table import Table
 
-from collector.attribution import assemble, attribute_window
-from collector.budget_file import load_budget
-from collector.evaluate import Evaluator
-from collector.spans import Span
+from spanbudget.collector.attribution import assemble, attribute_window
+from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.evaluate import Evaluator
+from spanbudget.collector.spans import Span
 from tests.traces import rag_trace
 
 

@@ -40,18 +40,18 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from collector.budget_file import load_budget
-from collector.evaluate import Evaluator
-from collector.live.processor import span_from_sdk
-from collector.stats import percentile
-from service import semconv as sc
-from service.assembly import build_gateway, hnsw_params
-from service.embedding import SentenceTransformerEmbedder
-from service.ingest import default_corpus, ingest
-from service.settings import Settings
-from service.telemetry import build_tracer_provider
-from service.tokens import load_tokenizer
-from service.vectorstore import EdgeStore
+from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.evaluate import Evaluator
+from spanbudget.collector.live.processor import span_from_sdk
+from spanbudget.collector.stats import percentile
+from spanbudget.service import semconv as sc
+from spanbudget.service.assembly import build_gateway, hnsw_params
+from spanbudget.service.embedding import SentenceTransformerEmbedder
+from spanbudget.service.ingest import default_corpus, ingest
+from spanbudget.service.settings import Settings
+from spanbudget.service.telemetry import build_tracer_provider
+from spanbudget.service.tokens import load_tokenizer
+from spanbudget.service.vectorstore import EdgeStore
 from tests.servers import free_port
 
 QUESTIONS = [

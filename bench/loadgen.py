@@ -27,10 +27,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 from rich.console import Console
 from rich.table import Table
 
-from collector.loadtest.client import ChatRequest
-from collector.loadtest.runner import RunSettings, run_requests
-from collector.loadtest.schedule import Arrival, Phase, build_schedule
-from collector.stats import percentile
+from spanbudget.collector.loadtest.client import ChatRequest
+from spanbudget.collector.loadtest.runner import RunSettings, run_requests
+from spanbudget.collector.loadtest.schedule import Arrival, Phase, build_schedule
+from spanbudget.collector.stats import percentile
 from tests.servers import free_port
 
 

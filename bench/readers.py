@@ -20,7 +20,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-from collector.readers import parse_traces, spans_from_otlp
+from spanbudget.collector.readers import parse_traces, spans_from_otlp
 
 SPANS_PER_TRACE = 12
 

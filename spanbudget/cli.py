@@ -16,11 +16,11 @@ __all__ = ["app", "main"]
 
 # (module, function names): every function becomes the command of the same name.
 COMMAND_MODULES: list[tuple[str, list[str]]] = [
-    ("collector.cli", ["check"]),
-    ("collector.live.cli", ["collect"]),
-    ("service.cli", ["serve", "ingest"]),
-    ("service.engine.cli", ["engine"]),
-    ("collector.loadtest.cli", ["loadtest", "report"]),
+    ("spanbudget.collector.cli", ["check"]),
+    ("spanbudget.collector.live.cli", ["collect"]),
+    ("spanbudget.service.cli", ["serve", "ingest"]),
+    ("spanbudget.service.engine.cli", ["engine"]),
+    ("spanbudget.collector.loadtest.cli", ["loadtest", "report"]),
 ]
 
 app = typer.Typer(
@@ -79,7 +79,7 @@ def demo(
     """
     from rich.console import Console
 
-    from collector.durations import parse_duration
+    from spanbudget.collector.durations import parse_duration
     from spanbudget.demo import DemoSettings, run_demo
 
     try:

@@ -19,12 +19,12 @@ from typing import Any
 
 from rich.console import Console
 
-from collector.budget_file import BudgetError, load_budget
-from collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, new_run_id
-from collector.loadtest.schedule import Arrival, Phase
-from collector.loadtest.telemetry import loadtest_tracer_provider
-from service.settings import Settings as GatewaySettings
+from spanbudget.collector.budget_file import BudgetError, load_budget
+from spanbudget.collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, new_run_id
+from spanbudget.collector.loadtest.schedule import Arrival, Phase
+from spanbudget.collector.loadtest.telemetry import loadtest_tracer_provider
 from spanbudget.processes import Child, ChildFailed, Supervisor
+from spanbudget.service.settings import Settings as GatewaySettings
 
 __all__ = ["DemoSettings", "run_demo"]
 

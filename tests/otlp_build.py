@@ -11,7 +11,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
-from collector.spans import AttrValue, Span
+from spanbudget.collector.spans import AttrValue, Span
 
 
 def _any_value(value: AttrValue) -> AnyValue:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from collector.spans import AttrValue, Span, SpanKind
+from spanbudget.collector.spans import AttrValue, Span, SpanKind
 
 T0_NS = 1_760_000_000_000_000_000  # an arbitrary wall-clock origin
 _MS = 1_000_000

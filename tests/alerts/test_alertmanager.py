@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from collector.alerts.engine import AlertSettings
-from collector.alerts.wiring import build_alerting
-from collector.budget_file import load_budget
+from spanbudget.collector.alerts.engine import AlertSettings
+from spanbudget.collector.alerts.wiring import build_alerting
+from spanbudget.collector.budget_file import load_budget
 from tests.collector.harness import running_collector
 from tests.otlp_build import to_request
 from tests.servers import free_port, wait_until

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from collector.alerts.burnrate import DEFAULT_RULES, BurnRule, RollingCounts
-from collector.alerts.engine import Alert, AlertEngine, AlertSettings
-from collector.budget import Budget
-from collector.budget_file import load_budget
-from collector.evaluate import Evaluator
-from collector.verdict import Verdict
+from spanbudget.collector.alerts.burnrate import DEFAULT_RULES, BurnRule, RollingCounts
+from spanbudget.collector.alerts.engine import Alert, AlertEngine, AlertSettings
+from spanbudget.collector.budget import Budget
+from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.evaluate import Evaluator
+from spanbudget.collector.verdict import Verdict
 from tests.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]

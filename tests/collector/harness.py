@@ -17,14 +17,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from collector.budget_file import load_budget
-from collector.live.api import create_app
-from collector.live.forward import Forwarder
-from collector.live.metrics import CollectorMetrics
-from collector.live.pipeline import Pipeline, VerdictListener
-from collector.live.settings import CollectorSettings
-from collector.live.store import VerdictStore
-from collector.spans import Span, SpanKind
+from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.live.api import create_app
+from spanbudget.collector.live.forward import Forwarder
+from spanbudget.collector.live.metrics import CollectorMetrics
+from spanbudget.collector.live.pipeline import Pipeline, VerdictListener
+from spanbudget.collector.live.settings import CollectorSettings
+from spanbudget.collector.live.store import VerdictStore
+from spanbudget.collector.spans import Span, SpanKind
 from tests.otlp_build import request_to_json
 from tests.servers import ServerThread
 

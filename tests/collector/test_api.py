@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.live.api import create_app
-from collector.live.metrics import BUDGET_BUCKETS_SECONDS
+from spanbudget.collector.live.api import create_app
+from spanbudget.collector.live.metrics import BUDGET_BUCKETS_SECONDS
 from tests.collector.harness import (
     Collector,
     idle_pipeline,

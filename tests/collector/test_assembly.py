@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from collector.live.assembly import Assembly
+from spanbudget.collector.live.assembly import Assembly
 from tests.traces import rag_trace
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from collector.live.store import VerdictStore
+from spanbudget.collector.live.store import VerdictStore
 from tests.collector.harness import BUDGET
 from tests.otlp_build import to_request
 from tests.servers import free_port, wait_until

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from collector.semconv import (
+from spanbudget.collector.semconv import (
     BUDGET_BLAME,
     BUDGET_NAME,
     BUDGET_OVERRUN_MS,
@@ -20,8 +20,8 @@ from collector.semconv import (
     BUDGET_STATUS,
     BUDGET_TTFT_MS,
 )
-from collector.spans import SpanKind
-from collector.verdict import Verdict
+from spanbudget.collector.spans import SpanKind
+from spanbudget.collector.verdict import Verdict
 from tests.collector.harness import Collector, ServerThread, running_collector
 from tests.otlp_build import to_request
 from tests.servers import free_port, wait_until

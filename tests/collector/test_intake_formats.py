@@ -12,10 +12,10 @@ from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from collector.budget_file import load_budget
-from collector.evaluate import Evaluator
-from collector.live.processor import BudgetSpanProcessor
-from collector.verdict import Verdict
+from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.evaluate import Evaluator
+from spanbudget.collector.live.processor import BudgetSpanProcessor
+from spanbudget.collector.verdict import Verdict
 from tests.collector.harness import (
     BUDGET,
     comparable,

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 from fastapi.testclient import TestClient
 
-from collector.live.api import create_app
-from collector.verdict import Verdict
+from spanbudget.collector.live.api import create_app
+from spanbudget.collector.verdict import Verdict
 from tests.collector.harness import idle_pipeline, running_collector
 from tests.otlp_build import to_request
 from tests.traces import rag_trace

@@ -9,9 +9,9 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from collector.budget_file import load_budget
-from collector.live.processor import BudgetSpanProcessor
-from collector.verdict import Status, Verdict
+from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.live.processor import BudgetSpanProcessor
+from spanbudget.collector.verdict import Status, Verdict
 from tests.collector.harness import BUDGET
 
 MS = 1_000_000

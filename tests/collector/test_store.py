@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.budget_file import load_budget
-from collector.evaluate import Evaluator
-from collector.live.store import VerdictStore
-from collector.stats import PERCENTILES, percentile
-from collector.verdict import Status, Verdict
+from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.evaluate import Evaluator
+from spanbudget.collector.live.store import VerdictStore
+from spanbudget.collector.stats import PERCENTILES, percentile
+from spanbudget.collector.verdict import Status, Verdict
 from tests.collector.harness import BUDGET
 from tests.traces import rag_trace
 

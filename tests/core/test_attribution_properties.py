@@ -8,10 +8,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.budget import Budget
-from collector.budget_file import load_budget
-from collector.evaluate import Evaluator
-from collector.spans import Span, SpanKind
+from spanbudget.collector.budget import Budget
+from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.evaluate import Evaluator
+from spanbudget.collector.spans import Span, SpanKind
 
 REPO = Path(__file__).resolve().parents[2]
 BUDGET: Budget = load_budget(REPO / "budget.yaml").budget

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.budget import WhenAbsent
-from collector.budget_file import BudgetError, load_budget, parse_budget
-from collector.spans import SpanKind
+from spanbudget.collector.budget import WhenAbsent
+from spanbudget.collector.budget_file import BudgetError, load_budget, parse_budget
+from spanbudget.collector.spans import SpanKind
 
 REPO = Path(__file__).resolve().parents[2]
 

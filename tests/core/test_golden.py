@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from collector.budget import Budget
-from collector.budget_file import load_budget
-from collector.evaluate import Evaluator
-from collector.spans import SpanKind
-from collector.verdict import Status, Verdict
+from spanbudget.collector.budget import Budget
+from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.evaluate import Evaluator
+from spanbudget.collector.spans import SpanKind
+from spanbudget.collector.verdict import Status, Verdict
 from tests.traces import TraceBuilder, rag_trace
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collector.stats import percentile, percentiles
+from spanbudget.collector.stats import percentile, percentiles
 
 values = st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=1, max_size=300)
 

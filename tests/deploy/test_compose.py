@@ -240,7 +240,7 @@ def test_dockerfile_builds_a_pinned_cpu_non_root_spanbudget_image() -> None:
         dockerfile,
     )
     # torch comes before the project, or pip would resolve a CUDA build through PyPI.
-    assert dockerfile.index("torch==2.13.0") < dockerfile.index("pip install .")
+    assert dockerfile.index("torch==2.13.0") < dockerfile.index('pip install ".[reference]"')
     users = re.findall(r"^USER (\S+)", dockerfile, re.MULTILINE)
     assert users
     assert users[-1] not in {"0", "root"}

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-PROMETHEUS = REPO / "collector" / "prometheus"
-ALERTMANAGER = REPO / "collector" / "alertmanager" / "alertmanager.yml"
+PROMETHEUS = REPO / "spanbudget" / "collector" / "prometheus"
+ALERTMANAGER = REPO / "spanbudget" / "collector" / "alertmanager" / "alertmanager.yml"
 # DESIGN §8 / Google SRE workbook: (alert, severity, long window, short window, burn rate).
 BURN_RATE_ALERTS = {
     ("SpanbudgetBurnRateFast", "page", "1h", "5m", 14.4),

@@ -14,7 +14,7 @@ import yaml
 from ..servers import free_port
 from .processes import REPO, send_overrun_trace, start_process, stop_process
 
-RULES = REPO / "collector" / "prometheus" / "budget-alerts.yml"
+RULES = REPO / "spanbudget" / "collector" / "prometheus" / "budget-alerts.yml"
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from collector.budget_file import load_budget
-from collector.loadtest.report import build_report
 from spanbudget.cli import app
+from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.loadtest.report import build_report
 from spanbudget.demo import what_to_look_at
 from tests.loadtest.test_report import INFO, make_rows
 

@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
-from collector.loadtest.files import read_rows
+from spanbudget.collector.loadtest.files import read_rows
 from spanbudget.processes import Child, Supervisor
 from tests.servers import free_port
 

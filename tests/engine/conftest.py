@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.engine.generation import OutputPlanner
-from service.tokens import TokenCounter, load_tokenizer
+from spanbudget.service.engine.generation import OutputPlanner
+from spanbudget.service.tokens import TokenCounter, load_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -16,9 +16,9 @@ from opentelemetry.trace import SpanKind, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from typer.testing import CliRunner
 
-from service.engine.generation import OutputPlanner
-from service.telemetry import build_tracer_provider
 from spanbudget.cli import app
+from spanbudget.service.engine.generation import OutputPlanner
+from spanbudget.service.telemetry import build_tracer_provider
 
 from .harness import bench_style_stream, build_engine, filler_text, preset, serve
 

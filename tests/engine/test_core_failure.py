@@ -8,7 +8,7 @@ from typing import Literal
 import httpx
 import pytest
 
-from service.engine.generation import OutputPlanner
+from spanbudget.service.engine.generation import OutputPlanner
 
 from .harness import build_engine, preset, serve
 

@@ -12,8 +12,8 @@ from typing import Literal
 import httpx
 import pytest
 
-from service.engine.core_priority import request_core_priority
-from service.engine.generation import OutputPlanner
+from spanbudget.service.engine.core_priority import request_core_priority
+from spanbudget.service.engine.generation import OutputPlanner
 
 from .harness import build_engine, preset, serve
 

@@ -11,14 +11,14 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from service.engine.faults import (
+from spanbudget.service.engine.faults import (
     FaultError,
     StallSchedule,
     TroubleMaker,
     engine_delays,
     parse_stall,
 )
-from service.engine.generation import OutputPlanner
+from spanbudget.service.engine.generation import OutputPlanner
 from tests.asgi import post_scope
 
 from .harness import build_engine, preset, serve

@@ -7,9 +7,13 @@ import asyncio
 import httpx
 import pytest
 
-from service.engine.generation import QWEN25_DEFAULT_SYSTEM, OutputPlanner, render_chat_prompt
-from service.engine.presets import PresetError
-from service.tokens import TokenCounter
+from spanbudget.service.engine.generation import (
+    QWEN25_DEFAULT_SYSTEM,
+    OutputPlanner,
+    render_chat_prompt,
+)
+from spanbudget.service.engine.presets import PresetError
+from spanbudget.service.tokens import TokenCounter
 
 from .harness import build_engine, preset
 

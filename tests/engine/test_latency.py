@@ -16,10 +16,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.engine.generation import OutputPlanner
-from service.engine.perf_model import BatchEntry, PerfModel
-from service.engine.simulation import Arrival, simulate
-from service.tokens import TokenCounter
+from spanbudget.service.engine.generation import OutputPlanner
+from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
+from spanbudget.service.engine.simulation import Arrival, simulate
+from spanbudget.service.tokens import TokenCounter
 
 from .harness import StreamResult, bench_style_stream, build_engine, filler_text, preset, serve
 

@@ -10,11 +10,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
-from service.engine.api import create_app
-from service.engine.generation import OutputPlanner
-from service.engine.presets import preset_parameters
-from service.engine.settings import EngineSettings
 from spanbudget.cli import app
+from spanbudget.service.engine.api import create_app
+from spanbudget.service.engine.generation import OutputPlanner
+from spanbudget.service.engine.presets import preset_parameters
+from spanbudget.service.engine.settings import EngineSettings
 
 from .harness import build_engine, preset, serve
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.engine.perf_model import BatchEntry, PerfModel
-from service.engine.presets import DEFAULT_PRESET, PRESETS, PresetError, get_preset
+from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
+from spanbudget.service.engine.presets import DEFAULT_PRESET, PRESETS, PresetError, get_preset
 
 
 def test_prefill_is_compute_bound_and_matches_the_roofline_formula() -> None:

@@ -12,15 +12,15 @@ import httpx
 import openai
 import pytest
 
-from service.engine.generation import OutputPlanner, render_chat_prompt
-from service.engine.protocol import (
+from spanbudget.service.engine.generation import OutputPlanner, render_chat_prompt
+from spanbudget.service.engine.protocol import (
     ChatCompletionStreamResponse,
     ChatStreamChoice,
     DeltaMessage,
     TokenChunkEncoder,
     sse_event,
 )
-from service.tokens import TokenCounter
+from spanbudget.service.tokens import TokenCounter
 
 from .harness import StreamResult, bench_style_stream, build_engine, preset, serve
 
@@ -158,8 +158,8 @@ def test_keys_of_older_vllm_recordings_still_lead_ours_in_order(
 
 
 # -- golden wire lines ------------------------------------------------------------------
-# Each JSON line exactly as current vLLM writes it (see service/engine/protocol.py for the
-# sources), after `normalise`: ids, `created`, the fingerprint's config hash and non-empty
+# Each JSON line exactly as current vLLM writes it (see spanbudget/service/engine/protocol.py
+# for the sources), after `normalise`: ids, `created`, the fingerprint's config hash and non-empty
 # token text are placeholders; P, T and C stand for the usage counts.
 MODEL = "Qwen/Qwen3-8B"
 _HEAD = '{"id":"%s-ID","object":"%s","created":0,"model":"' + MODEL + '",'

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from service.engine.perf_model import BatchEntry, PerfModel
-from service.engine.presets import PRESETS
-from service.engine.scheduler import Scheduler, Sequence
-from service.engine.simulation import Arrival, simulate
+from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
+from spanbudget.service.engine.presets import PRESETS
+from spanbudget.service.engine.scheduler import Scheduler, Sequence
+from spanbudget.service.engine.simulation import Arrival, simulate
 
 H100 = PRESETS["qwen3-8b-h100"]
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from service.engine.api import quiet_deliberate_cuts
-from service.engine.faults import TroubleMaker
-from service.engine.generation import OutputPlanner
+from spanbudget.service.engine.api import quiet_deliberate_cuts
+from spanbudget.service.engine.faults import TroubleMaker
+from spanbudget.service.engine.generation import OutputPlanner
 
 from .harness import build_engine, preset, serve
 

@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
-from service.engine.generation import OutputPlanner
+from spanbudget.service.engine.generation import OutputPlanner
 
 from .harness import bench_style_stream, build_engine, filler_text, preset, serve
 

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from collector.loadtest.client import ChatRequest, RequestRecord, send_chat
+from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord, send_chat
 
 # Valid SSE whose JSON is not a chunk object: a broken or foreign server.
 BAD_EVENTS = [b"data: 123\n\n", b'data: ["a"]\n\n', b'data: {"choices": 7}\n\n']

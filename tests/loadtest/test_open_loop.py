@@ -9,9 +9,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from collector.loadtest.client import ChatRequest
-from collector.loadtest.runner import RunSettings, run_requests
-from collector.loadtest.schedule import Arrival, Phase, build_schedule
+from spanbudget.collector.loadtest.client import ChatRequest
+from spanbudget.collector.loadtest.runner import RunSettings, run_requests
+from spanbudget.collector.loadtest.schedule import Arrival, Phase, build_schedule
 from tests.sse_server import Stall, serve, sse_app
 
 

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from collector.budget import Budget
-from collector.budget_file import load_budget
-from collector.evaluate import Evaluator
-from collector.loadtest.client import RequestRecord
-from collector.loadtest.files import read_rows, write_report_json, write_rows
-from collector.loadtest.render_html import render_html
-from collector.loadtest.report import RunInfo, build_report, request_row, row_columns
 from spanbudget.cli import app
+from spanbudget.collector.budget import Budget
+from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.evaluate import Evaluator
+from spanbudget.collector.loadtest.client import RequestRecord
+from spanbudget.collector.loadtest.files import read_rows, write_report_json, write_rows
+from spanbudget.collector.loadtest.render_html import render_html
+from spanbudget.collector.loadtest.report import RunInfo, build_report, request_row, row_columns
 from tests.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collector.loadtest.telemetry import span_endpoint
+from spanbudget.collector.loadtest.telemetry import span_endpoint
 
 TRACES = "http://otel-collector:4318/v1/traces"
 AMBIENT = "http://somewhere-else:4318"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collector.loadtest.verdicts import wait_for_verdicts
+from spanbudget.collector.loadtest.verdicts import wait_for_verdicts
 from tests.collector.harness import running_collector
 from tests.otlp_build import to_request
 from tests.traces import rag_trace

@@ -10,9 +10,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
 
-from collector.readers import parse_traces, read_traces
-from collector.readers._otlp import request_from_json
-from collector.spans import Span, SpanKind
+from spanbudget.collector.readers import parse_traces, read_traces
+from spanbudget.collector.readers._otlp import request_from_json
+from spanbudget.collector.spans import Span, SpanKind
 
 
 def test_every_fixture_file_is_read(shared_fixtures: Path) -> None:

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from collector.readers import TraceReadError, read_jaeger_api, read_traces
+from spanbudget.collector.readers import TraceReadError, read_jaeger_api, read_traces
 from tests.servers import free_port
 
 SINCE_SECONDS = 900.0

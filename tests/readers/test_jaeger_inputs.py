@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from collector.readers import parse_traces
-from collector.spans import SpanKind
+from spanbudget.collector.readers import parse_traces
+from spanbudget.collector.spans import SpanKind
 
 TRACE = "83a9efd15c1c98a977e0711cc93ee28b"
 

@@ -28,8 +28,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind as SdkSpanKind
 from opentelemetry.trace import StatusCode
 
-from collector.readers import parse_traces, read_traces, spans_from_otlp
-from collector.spans import SpanKind
+from spanbudget.collector.readers import parse_traces, read_traces, spans_from_otlp
+from spanbudget.collector.spans import SpanKind
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 ROOT = "b7ad6b7169203331"

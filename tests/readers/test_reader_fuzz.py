@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.readers import TraceReadError, parse_traces
-from collector.spans import Span
+from spanbudget.collector.readers import TraceReadError, parse_traces
+from spanbudget.collector.spans import Span
 
 _scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40)
 _json_values = st.recursive(

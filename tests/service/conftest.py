@@ -16,13 +16,13 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from service.assembly import build_gateway
-from service.embedding import SentenceTransformerEmbedder
-from service.ingest import Document, ingest
-from service.settings import Settings
-from service.telemetry import build_tracer_provider
-from service.tokens import TokenCounter, load_tokenizer
-from service.vectorstore import EdgeStore
+from spanbudget.service.assembly import build_gateway
+from spanbudget.service.embedding import SentenceTransformerEmbedder
+from spanbudget.service.ingest import Document, ingest
+from spanbudget.service.settings import Settings
+from spanbudget.service.telemetry import build_tracer_provider
+from spanbudget.service.tokens import TokenCounter, load_tokenizer
+from spanbudget.service.vectorstore import EdgeStore
 from tests.servers import ServerThread
 from tests.service.upstream import FakeLLM
 

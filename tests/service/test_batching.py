@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import anyio
 import pytest
 
-from service.embedding import EmbeddingBatcher
+from spanbudget.service.embedding import EmbeddingBatcher
 
 pytestmark = pytest.mark.anyio
 

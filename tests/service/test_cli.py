@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from service.settings import parse_listen
 from spanbudget.cli import app
+from spanbudget.service.settings import parse_listen
 
 
 @pytest.mark.parametrize("command", ["serve", "ingest"])

@@ -7,11 +7,11 @@ import time
 import jwt
 import pytest
 
-from service.engine.settings import EngineSettings
-from service.faults import FaultPlan, parse_delay_header
-from service.gateway.auth import Authenticator, AuthError, key_id
-from service.gateway.ratelimit import TokenBucketLimiter
-from service.settings import Settings
+from spanbudget.service.engine.settings import EngineSettings
+from spanbudget.service.faults import FaultPlan, parse_delay_header
+from spanbudget.service.gateway.auth import Authenticator, AuthError, key_id
+from spanbudget.service.gateway.ratelimit import TokenBucketLimiter
+from spanbudget.service.settings import Settings
 
 JWT_SECRET = "unit-test-secret-" + "z" * 48
 

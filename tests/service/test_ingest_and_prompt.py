@@ -9,12 +9,12 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from service.embedding import SentenceTransformerEmbedder
-from service.ingest import Document, chunk_document, chunk_text, ingest, read_paths
-from service.prompt import PromptBuilder
-from service.telemetry import build_tracer_provider
-from service.tokens import TokenCounter
-from service.vectorstore import EdgeStore, Hit
+from spanbudget.service.embedding import SentenceTransformerEmbedder
+from spanbudget.service.ingest import Document, chunk_document, chunk_text, ingest, read_paths
+from spanbudget.service.prompt import PromptBuilder
+from spanbudget.service.telemetry import build_tracer_provider
+from spanbudget.service.tokens import TokenCounter
+from spanbudget.service.vectorstore import EdgeStore, Hit
 
 
 def test_chunks_respect_the_size_and_keep_all_words() -> None:

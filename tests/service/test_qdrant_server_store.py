@@ -15,14 +15,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from qdrant_client import QdrantClient
 
-from service.assembly import build_store
-from service.embedding import SentenceTransformerEmbedder
-from service.faults import FaultPlan
-from service.ingest import Document, ingest
-from service.retrieval import Retriever
-from service.settings import Settings
-from service.telemetry import build_tracer_provider
-from service.vectorstore import EdgeStore, QdrantServerStore, StoreUnavailable
+from spanbudget.service.assembly import build_store
+from spanbudget.service.embedding import SentenceTransformerEmbedder
+from spanbudget.service.faults import FaultPlan
+from spanbudget.service.ingest import Document, ingest
+from spanbudget.service.retrieval import Retriever
+from spanbudget.service.settings import Settings
+from spanbudget.service.telemetry import build_tracer_provider
+from spanbudget.service.vectorstore import EdgeStore, QdrantServerStore, StoreUnavailable
 
 
 @pytest.mark.filterwarnings("ignore:Local mode performs exact:UserWarning")

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.embedding import SentenceTransformerEmbedder
-from service.ingest import Document, default_corpus, ingest
-from service.settings import Settings
-from service.vectorstore import EdgeStore, HnswParams
+from spanbudget.service.embedding import SentenceTransformerEmbedder
+from spanbudget.service.ingest import Document, default_corpus, ingest
+from spanbudget.service.settings import Settings
+from spanbudget.service.vectorstore import EdgeStore, HnswParams
 
 
 @pytest.fixture(scope="session")

@@ -16,9 +16,9 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from service.embedding import SentenceTransformerEmbedder
-from service.ingest import ingest
-from service.vectorstore import EdgeStore
+from spanbudget.service.embedding import SentenceTransformerEmbedder
+from spanbudget.service.ingest import ingest
+from spanbudget.service.vectorstore import EdgeStore
 from tests.servers import ServerThread, free_port
 from tests.service.conftest import SMALL_CORPUS, chat_body
 

@@ -1,0 +1,161 @@
+"""The budget model: stages with targets and limits, and the selectors that claim spans.
+
+Pure data. `budget_file.load_budget` builds it from `budget.yaml`; the evaluator reads it.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from spanbudget.collector.spans import AttrValue, SpanKind
+
+__all__ = [
+    "Budget",
+    "GlobError",
+    "Selector",
+    "Stage",
+    "WhenAbsent",
+    "compile_glob",
+]
+
+
+class WhenAbsent(enum.Enum):
+    """What a stage with no matching span means."""
+
+    ZERO = "zero"  # the stage did not happen: 0 ms
+    UNMEASURED = "unmeasured"  # it happened out of sight: no ms, total limit reduced
+
+
+class GlobError(ValueError):
+    """A `name` or `service` pattern that is not a valid glob."""
+
+
+def compile_glob(pattern: str) -> re.Pattern[str]:
+    """Compile a shell-style glob (`*`, `?`, `[abc]`, `[!abc]`) to an anchored regex.
+
+    Unlike `fnmatch`, an unclosed `[` or an empty pattern is an error rather than a literal,
+    so a typo in `budget.yaml` is reported instead of silently matching nothing.
+    """
+    if not pattern:
+        raise GlobError("empty pattern")
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "*":
+            out.append(".*")
+        elif char == "?":
+            out.append(".")
+        elif char == "[":
+            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] in ("!", "]") else i + 1)
+            if end == -1:
+                raise GlobError(f"unclosed '[' at position {i} in {pattern!r}")
+            body = pattern[i + 1 : end]
+            if body.startswith("!"):
+                body = "^" + body[1:]
+            if body in ("", "^"):
+                raise GlobError(f"empty character class at position {i} in {pattern!r}")
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = end
+        elif char == "]":
+            raise GlobError(f"unmatched ']' at position {i} in {pattern!r}")
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return re.compile("".join(out) + r"\Z", re.DOTALL)
+
+
+def _attr_key(value: AttrValue | object) -> str:
+    """Compare attribute values as text, so `500` in YAML matches an int or a string 500."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """Fields are ANDed; a field left as None matches anything."""
+
+    name: str | None = None
+    kind: SpanKind | None = None
+    service: str | None = None
+    attributes: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    root: bool | None = None
+    _name_re: re.Pattern[str] | None = field(default=None, repr=False, compare=False)
+    _service_re: re.Pattern[str] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        name: str | None = None,
+        kind: SpanKind | None = None,
+        service: str | None = None,
+        attributes: Mapping[str, list[AttrValue] | AttrValue] | None = None,
+        root: bool | None = None,
+    ) -> Selector:
+        """Build a selector, compiling its globs (raises `GlobError`)."""
+        accepted: dict[str, frozenset[str]] = {}
+        for key, values in (attributes or {}).items():
+            items = values if isinstance(values, list) else [values]
+            accepted[key] = frozenset(_attr_key(v) for v in items)
+        return cls(
+            name=name,
+            kind=kind,
+            service=service,
+            attributes=accepted,
+            root=root,
+            _name_re=compile_glob(name) if name is not None else None,
+            _service_re=compile_glob(service) if service is not None else None,
+        )
+
+    def matches_shape(self, name: str, kind: SpanKind, service: str, is_root: bool) -> bool:
+        """The attribute-free part of the match, which many spans share."""
+        if self.kind is not None and kind is not self.kind:
+            return False
+        if self.root is not None and is_root is not self.root:
+            return False
+        if self._name_re is not None and self._name_re.match(name) is None:
+            return False
+        return self._service_re is None or self._service_re.match(service) is not None
+
+    def matches_attributes(self, attributes: Mapping[str, AttrValue]) -> bool:
+        for key, accepted in self.attributes.items():
+            value = attributes.get(key)
+            if value is None or _attr_key(value) not in accepted:
+                return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    name: str
+    target_ms: float
+    limit_ms: float
+    selectors: tuple[Selector, ...]
+    when_absent: WhenAbsent = WhenAbsent.ZERO
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """An allocation table: a total for time to first token, and stages in claim order."""
+
+    name: str
+    total_target_ms: float
+    total_limit_ms: float
+    stages: tuple[Stage, ...]
+    slo_objective: float = 0.95
+    description: str = ""
+    version: int = 1
+
+    def stage_names(self) -> list[str]:
+        return [stage.name for stage in self.stages]
+
+    def stage(self, name: str) -> Stage:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)

@@ -1,0 +1,265 @@
+"""The budget evaluator: one trace's spans in, one verdict out (DESIGN §5). Pure.
+
+Shared by the live collector, `spanbudget check` and the load tester.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from spanbudget.collector.attribution import Node, Tree, assemble, attribute_window
+from spanbudget.collector.budget import Budget, Stage, WhenAbsent
+from spanbudget.collector.semconv import FIRST_TOKEN_MARKS, GEN_AI_REQUEST_MODEL, LOADTEST_PREFIX
+from spanbudget.collector.spans import AttrValue, Span
+from spanbudget.collector.verdict import StageResult, Status, Verdict
+
+__all__ = ["Evaluator", "evaluate"]
+
+_NS_PER_MS = 1_000_000
+_UNIT_NS = 10_000  # verdict times are rounded to 0.01 ms
+_MEMO_LIMIT = 4096
+
+
+class Evaluator:
+    """Judges traces against one budget.
+
+    Holds only the budget and a bounded memo of stage decisions (spans of one service
+    repeat the same few shapes, so the memo makes matching one dict look-up a span).
+    """
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self._flat = [
+            (stage.name, selector) for stage in budget.stages for selector in stage.selectors
+        ]
+        # Only these attributes can change a span's stage; together with the span's name,
+        # kind, service and root-ness they decide it, so the decision is memoised on them.
+        self._keys = sorted({key for _, sel in self._flat for key in sel.attributes})
+        self._stage_names = budget.stage_names()
+        self._memo: dict[tuple[object, ...], str | None] = {}
+
+    def evaluate(self, spans: Sequence[Span], *, evaluated_at: datetime) -> Verdict | None:
+        """The verdict of one trace, or None when no span matches any stage (not judged)."""
+        matched: set[str] = set()
+
+        def classify(node: Node, is_root: bool) -> str | None:
+            stage = self.stage_of(node, is_root=is_root)
+            if stage is not None:
+                matched.add(stage)
+            return stage
+
+        tree = assemble(spans, classify)
+        if tree is None:
+            return None
+        try:
+            if not matched:
+                return None
+            return self._judge(spans[0].trace_id, tree, matched, evaluated_at)
+        finally:
+            tree.release()
+
+    def stage_of(self, node: Node, *, is_root: bool) -> str | None:
+        """The first stage (file order) with a selector that matches, else None."""
+        attributes = node.attributes
+        key = (
+            node.name,
+            node.kind,
+            node.service,
+            is_root,
+            *map(_text, map(attributes.get, self._keys)),
+        )
+        try:
+            return self._memo[key]
+        except KeyError:
+            pass
+        stage = next(
+            (
+                name
+                for name, sel in self._flat
+                if sel.matches_shape(node.name, node.kind, node.service, is_root)
+                and sel.matches_attributes(attributes)
+            ),
+            None,
+        )
+        if len(self._memo) >= _MEMO_LIMIT:
+            self._memo.clear()
+        self._memo[key] = stage
+        return stage
+
+    def _judge(
+        self, trace_id: str, tree: Tree, matched: set[str], evaluated_at: datetime
+    ) -> Verdict:
+        budget = self.budget
+        root = tree.root
+        first_token = _first_token(tree)
+        window_end = first_token if first_token is not None else root.end
+        uncovered = attribute_window(tree, root.start, window_end)
+
+        stage_ns = dict.fromkeys(self._stage_names, 0)
+        breakdown_ns: dict[str, dict[str, int]] = {name: {} for name in stage_ns}
+        unattributed = uncovered
+        for node in tree.nodes:
+            if not node.self_ns:
+                continue
+            if node.stage is None:
+                unattributed += node.self_ns
+            else:
+                stage_ns[node.stage] += node.self_ns
+                parts = breakdown_ns[node.stage]
+                parts[node.name] = parts.get(node.name, 0) + node.self_ns
+        names = list(stage_ns)
+        rounded = _apportion([stage_ns[n] for n in names] + [unattributed], window_end - root.start)
+        stage_ms = dict(zip(names, rounded, strict=False))
+
+        total_target, total_limit = budget.total_target_ms, budget.total_limit_ms
+        results: list[StageResult] = []
+        for stage in budget.stages:
+            if stage.name in matched:
+                ms = stage_ms[stage.name]
+                status = _band(ms, stage.target_ms, stage.limit_ms)
+                breakdown = {k: _round_ms(v) for k, v in breakdown_ns[stage.name].items()}
+                results.append(
+                    StageResult(stage.name, ms, stage.target_ms, stage.limit_ms, status, breakdown)
+                )
+            elif stage.when_absent is WhenAbsent.UNMEASURED:
+                total_target -= stage.target_ms
+                total_limit -= stage.limit_ms
+                results.append(
+                    StageResult(
+                        stage.name, None, stage.target_ms, stage.limit_ms, Status.UNMEASURED
+                    )
+                )
+            else:
+                results.append(
+                    StageResult(stage.name, 0.0, stage.target_ms, stage.limit_ms, Status.ABSENT)
+                )
+
+        ttft_ms = _round_ms(window_end - root.start) if first_token is not None else None
+        if ttft_ms is None:
+            total_status = Status.INCOMPLETE
+            overrun_ms = 0.0
+        else:
+            total_status = _band(ttft_ms, total_target, total_limit)
+            overrun_ms = round(max(0.0, ttft_ms - total_limit), 2)
+
+        if any(node.error and node.on_path for node in tree.nodes):
+            status = Status.ERROR
+        elif ttft_ms is None:
+            status = Status.INCOMPLETE
+        else:
+            status = max([total_status, *(r.status for r in results)], key=_severity)
+
+        return Verdict(
+            trace_id=trace_id,
+            budget=budget.name,
+            status=status,
+            ttft_ms=ttft_ms,
+            total_target_ms=total_target,
+            total_limit_ms=total_limit,
+            total_status=total_status,
+            stages=tuple(results),
+            unattributed_ms=rounded[-1],
+            blame=_blame(budget.stages, results, total_status),
+            overrun_ms=overrun_ms,
+            skew_adjusted_ms=_round_ms(tree.skew_ns),
+            attributes=_carried_attributes(tree),
+            evaluated_at=evaluated_at,
+            span_stages={n.span_id: n.stage for n in tree.nodes if n.stage and not n.virtual},
+            root_span_id=root.span_id,
+        )
+
+
+def evaluate(spans: Sequence[Span], budget: Budget, *, evaluated_at: datetime) -> Verdict | None:
+    """One-off evaluation; build an `Evaluator` once to judge many traces."""
+    return Evaluator(budget).evaluate(spans, evaluated_at=evaluated_at)
+
+
+def _severity(status: Status) -> int:
+    return status.severity
+
+
+def _band(ms: float, target: float, limit: float) -> Status:
+    if ms <= target:
+        return Status.OK
+    return Status.WARN if ms <= limit else Status.OVERRUN
+
+
+def _round_ms(ns: int) -> float:
+    return round(ns / _NS_PER_MS, 2)
+
+
+def _apportion(parts_ns: list[int], total_ns: int) -> list[float]:
+    """Round parts to 0.01 ms so that they still add up to the rounded total exactly.
+
+    Largest-remainder rounding: each part is floored to whole units, and the units left
+    over go to the parts with the largest remainders.
+    """
+    total_units = round(total_ns / _UNIT_NS)
+    floors = [part // _UNIT_NS for part in parts_ns]
+    left = total_units - sum(floors)
+    order = sorted(range(len(parts_ns)), key=lambda i: parts_ns[i] % _UNIT_NS, reverse=True)
+    for i in order[: max(0, left)]:
+        floors[i] += 1
+    return [units / 100 for units in floors]
+
+
+def _first_token(tree: Tree) -> int | None:
+    """Start plus the mark of the outermost span that carries a first-token mark."""
+    best: tuple[int, int, int] | None = None
+    for node in tree.nodes:
+        if node.virtual:
+            continue
+        for key in FIRST_TOKEN_MARKS:
+            value = node.attributes.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+                candidate = (node.depth, node.start, node.start + round(value * 1e9))
+                if best is None or candidate < best:
+                    best = candidate
+                break
+    if best is None:
+        return None
+    return max(best[2], tree.root.start)
+
+
+def _blame(
+    stages: Sequence[Stage], results: Sequence[StageResult], total: Status
+) -> tuple[str, ...]:
+    over_limit = [
+        (r.ms - r.limit_ms, i, r.name)
+        for i, r in enumerate(results)
+        if r.ms is not None and r.status is Status.OVERRUN
+    ]
+    if over_limit:
+        return tuple(name for _, _, name in sorted(over_limit, key=lambda t: (-t[0], t[1])))
+    if total is Status.OVERRUN:
+        over_target = [
+            (r.ms - r.target_ms, i, r.name)
+            for i, r in enumerate(results)
+            if r.ms is not None and r.ms > r.target_ms
+        ]
+        return tuple(name for _, _, name in sorted(over_target, key=lambda t: (-t[0], t[1])))
+    return ()
+
+
+def _carried_attributes(tree: Tree) -> dict[str, str | int | float | bool]:
+    """Load-test ids from the root, and the requested model from the outermost span."""
+    carried: dict[str, str | int | float | bool] = {}
+    for key, value in tree.root.attributes.items():
+        if key.startswith(LOADTEST_PREFIX) and _is_scalar(value):
+            carried[key] = value  # type: ignore[assignment]
+    for node in tree.nodes:
+        model = node.attributes.get(GEN_AI_REQUEST_MODEL)
+        if isinstance(model, str):
+            carried[GEN_AI_REQUEST_MODEL] = model
+            break
+    return carried
+
+
+def _text(value: AttrValue | None) -> str | None:
+    """A hashable form of an attribute value for the memo key (arrays become text)."""
+    return value if value is None or isinstance(value, str) else repr(value)
+
+
+def _is_scalar(value: AttrValue | Mapping[str, object]) -> bool:
+    return isinstance(value, str | int | float | bool)

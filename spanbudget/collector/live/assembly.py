@@ -1,0 +1,176 @@
+"""Tail-based trace assembly, like the OTel Collector's tail-sampling processor.
+
+Spans are held per trace until the trace is due: its root has arrived and `decision_wait`
+has passed since its last span, or its age passes `max_age`. Everything is bounded.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from spanbudget.collector.spans import Span
+
+__all__ = ["AddResult", "Assembly", "DueTrace"]
+
+
+@dataclass(slots=True)
+class _Pending:
+    trace_id: str
+    first: float
+    last: float
+    spans: dict[str, Span] = field(default_factory=dict)
+    payloads: list[Any] = field(default_factory=list)
+    has_root: bool = False
+
+
+@dataclass(slots=True)
+class DueTrace:
+    """A trace ready for judgement. `reason`: complete, max_age, evicted or flush."""
+
+    trace_id: str
+    spans: list[Span]
+    payloads: list[Any]
+    reason: str
+
+
+@dataclass(slots=True)
+class AddResult:
+    """What `Assembly.add` did besides holding spans, for the pipeline to count and route."""
+
+    duplicates: int = 0
+    over_trace_limit: int = 0
+    late: list[tuple[Span, Any]] = field(default_factory=list)
+    evicted: list[DueTrace] = field(default_factory=list)
+
+
+class Assembly:
+    """Holds spans by trace until each trace is due. Not thread-safe: one worker owns it.
+
+    Bounds: `max_traces` traces and `max_spans` spans in all (the oldest traces are evicted
+    first), `max_spans_per_trace` spans in one trace (the rest are refused).
+
+    `payloads` ride along with spans (the collector keeps each span's protobuf original
+    there, to forward it); they are dropped with their span. Trace ids already decided are
+    remembered (bounded, oldest forgotten first) so their stragglers come back as late.
+    """
+
+    def __init__(
+        self,
+        *,
+        decision_wait: float,
+        max_age: float,
+        max_traces: int,
+        max_spans_per_trace: int,
+        decided_memory: int,
+        max_spans: int | None = None,
+    ) -> None:
+        self.decision_wait = decision_wait
+        self.max_age = max_age
+        self.max_traces = max_traces
+        self.max_spans_per_trace = max_spans_per_trace
+        self.decided_memory = decided_memory
+        self.max_spans = max_spans if max_spans is not None else max_traces * max_spans_per_trace
+        self._by_first: OrderedDict[str, _Pending] = OrderedDict()  # age order, for max_age
+        self._by_last: OrderedDict[str, _Pending] = OrderedDict()  # quiet order, for the wait
+        self._decided: OrderedDict[str, None] = OrderedDict()
+        self.span_count = 0
+
+    def __len__(self) -> int:
+        return len(self._by_first)
+
+    def add(
+        self,
+        spans: list[Span],
+        payloads: list[Any] | None,
+        now: float,
+        *,
+        local_roots: Collection[str] = (),
+    ) -> AddResult:
+        """Hold `spans` (with `payloads[i]` beside `spans[i]`, when given).
+
+        A span counts as the trace's root when it has no parent or its id is in
+        `local_roots` (in-process use: a span whose parent lives in another process).
+        """
+        result = AddResult()
+        by_first, by_last, decided = self._by_first, self._by_last, self._decided
+        limit = self.max_spans_per_trace
+        for i, span in enumerate(spans):
+            trace_id = span.trace_id
+            trace = by_first.get(trace_id)
+            if trace is None:
+                if trace_id in decided:
+                    result.late.append((span, payloads[i] if payloads else None))
+                    continue
+                trace = _Pending(trace_id, now, now)
+                by_first[trace_id] = trace
+                if len(by_first) > self.max_traces:
+                    result.evicted.append(self._decide(next(iter(by_first)), "evicted"))
+            elif span.span_id in trace.spans:
+                result.duplicates += 1
+                continue
+            elif len(trace.spans) >= limit:
+                result.over_trace_limit += 1
+                continue
+            trace.spans[span.span_id] = span
+            if payloads:
+                trace.payloads.append(payloads[i])
+            if span.parent_span_id is None or span.span_id in local_roots:
+                trace.has_root = True
+            trace.last = now
+            self.span_count += 1
+            try:
+                by_last.move_to_end(trace_id)
+            except KeyError:
+                by_last[trace_id] = trace
+        while self.span_count > self.max_spans and len(by_first) > 1:
+            result.evicted.append(self._decide(next(iter(by_first)), "evicted"))
+        return result
+
+    def due(self, now: float) -> list[DueTrace]:
+        """Traces whose time has come, oldest first; they leave the buffer."""
+        out: list[DueTrace] = []
+        by_last = self._by_last
+        wait_cutoff = now - self.decision_wait
+        while by_last:
+            trace = next(iter(by_last.values()))
+            if trace.last > wait_cutoff:
+                break
+            if trace.has_root:
+                out.append(self._decide(trace.trace_id, "complete"))
+            else:
+                # Quiet but rootless: only max_age decides it now, unless more spans come.
+                del by_last[trace.trace_id]
+        age_cutoff = now - self.max_age
+        by_first = self._by_first
+        while by_first:
+            trace = next(iter(by_first.values()))
+            if trace.first > age_cutoff:
+                break
+            out.append(self._decide(trace.trace_id, "max_age"))
+        return out
+
+    def flush(self) -> list[DueTrace]:
+        """Every held trace, now (shutdown, force_flush)."""
+        return [self._decide(trace_id, "flush") for trace_id in list(self._by_first)]
+
+    def next_deadline(self) -> float | None:
+        """The earliest time at which `due` could return something, if anything is held."""
+        deadlines = []
+        if self._by_last:
+            deadlines.append(next(iter(self._by_last.values())).last + self.decision_wait)
+        if self._by_first:
+            deadlines.append(next(iter(self._by_first.values())).first + self.max_age)
+        return min(deadlines) if deadlines else None
+
+    def _decide(self, trace_id: str, reason: str) -> DueTrace:
+        trace = self._by_first.pop(trace_id)
+        self._by_last.pop(trace_id, None)
+        self.span_count -= len(trace.spans)
+        decided = self._decided
+        decided[trace_id] = None
+        if len(decided) > self.decided_memory:
+            decided.popitem(last=False)
+        return DueTrace(trace_id, list(trace.spans.values()), trace.payloads, reason)

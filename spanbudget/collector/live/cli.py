@@ -1,0 +1,214 @@
+"""`spanbudget collect`: the live budget collector on one listener (DESIGN §7).
+
+The composition root of `collector.live`: settings, store, metrics, forwarder, pipeline,
+the HTTP app under uvicorn, and signals (SIGHUP reloads the budget, SIGINT/SIGTERM stop).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+__all__ = ["collect", "run"]
+
+log = logging.getLogger("spanbudget.collect")
+
+
+def collect(
+    listen: Annotated[
+        str | None, typer.Option(help="HOST:PORT to listen on.", show_default="127.0.0.1:4318")
+    ] = None,
+    budget: Annotated[
+        Path | None, typer.Option(help="The allocation table.", show_default="budget.yaml")
+    ] = None,
+    db: Annotated[
+        Path | None,
+        typer.Option(help="SQLite verdict store (WAL).", show_default="data/verdicts.db"),
+    ] = None,
+    forward_otlp: Annotated[
+        str | None,
+        typer.Option(help="Forward every span, annotated, to this OTLP/HTTP endpoint."),
+    ] = None,
+    alertmanager: Annotated[
+        str | None, typer.Option(help="Alertmanager base URL for burn-rate alerts.")
+    ] = None,
+    webhook: Annotated[str | None, typer.Option(help="JSON webhook URL for alerts.")] = None,
+    alert_window_scale: Annotated[
+        float | None,
+        typer.Option(help="Multiply every burn-rate window (e.g. 0.01 for demos and tests)."),
+    ] = None,
+    jaeger_ui: Annotated[
+        str | None, typer.Option(help="Jaeger UI base URL, for trace links in alerts.")
+    ] = None,
+    decision_wait: Annotated[
+        str | None,
+        typer.Option(
+            help="Quiet time after a trace's last span before judging it.", show_default="2s"
+        ),
+    ] = None,
+    max_trace_age: Annotated[
+        str | None,
+        typer.Option(
+            help="Judge a trace at this age even if it never completes.", show_default="30s"
+        ),
+    ] = None,
+    receiver_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SPANBUDGET_RECEIVER_TOKEN",
+            help="Require `Authorization: Bearer TOKEN` on /v1/traces.",
+        ),
+    ] = None,
+    max_body_bytes: Annotated[
+        int | None,
+        typer.Option(help="Largest request body, after decompression.", show_default="8 MiB"),
+    ] = None,
+    retention: Annotated[
+        str | None, typer.Option(help="Keep verdicts this long.", show_default="7d")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Receive OTLP traces, judge each against the budget, store, export metrics, forward.
+
+    Spans arrive on POST /v1/traces (OTLP/HTTP: protobuf or JSON, gzip).
+    Verdicts: /api/verdicts and /api/summary; metrics: /metrics; a live view: /.
+
+    SIGHUP reloads --budget (an invalid file keeps the old budget).
+    Ctrl-C or SIGTERM judge what is buffered, drain the forwarder, close the store.
+    Options not given fall back to SPANBUDGET_COLLECTOR_* environment variables.
+
+    Example:
+
+        spanbudget collect --budget budget.yaml --forward-otlp http://127.0.0.1:4319
+    """
+    from pydantic import ValidationError
+
+    from spanbudget.collector.durations import parse_duration
+    from spanbudget.collector.live.settings import CollectorSettings
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    options: dict[str, Any] = {
+        "listen": listen,
+        "budget_path": budget,
+        "db_path": db,
+        "forward_otlp": forward_otlp,
+        "alertmanager": alertmanager,
+        "webhook": webhook,
+        "alert_window_scale": alert_window_scale,
+        "jaeger_ui": jaeger_ui,
+        "receiver_token": receiver_token,
+        "max_body_bytes": max_body_bytes,
+    }
+    try:
+        # Durations left out stay None, so that SPANBUDGET_COLLECTOR_* (or the default) apply.
+        for key, text in (
+            ("decision_wait_seconds", decision_wait),
+            ("max_trace_age_seconds", max_trace_age),
+            ("retention_seconds", retention),
+        ):
+            options[key] = None if text is None else parse_duration(text)
+        settings = CollectorSettings(**{k: v for k, v in options.items() if v is not None})
+    except (ValueError, ValidationError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(run(settings))
+
+
+def run(settings: Any) -> int:
+    """Run the collector until SIGINT/SIGTERM; return the exit code."""
+    import uvicorn
+    from prometheus_client import CollectorRegistry
+
+    from spanbudget.collector.alerts.engine import AlertSettings
+    from spanbudget.collector.alerts.wiring import build_alerting
+    from spanbudget.collector.budget_file import BudgetError, load_budget
+    from spanbudget.collector.live.api import create_app
+    from spanbudget.collector.live.forward import Forwarder
+    from spanbudget.collector.live.metrics import CollectorMetrics
+    from spanbudget.collector.live.pipeline import Pipeline
+    from spanbudget.collector.live.settings import parse_listen
+    from spanbudget.collector.live.store import VerdictStore
+
+    try:
+        loaded = load_budget(settings.budget_path)
+    except (BudgetError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    for warning in loaded.warnings:
+        log.warning("budget: %s", warning)
+    metrics = CollectorMetrics(CollectorRegistry())
+    store = VerdictStore(
+        settings.db_path,
+        retention_seconds=settings.retention_seconds,
+        retention_count=settings.retention_count,
+    )
+    forwarder = Forwarder.from_settings(settings, metrics)
+    host, port = parse_listen(settings.listen)
+    alerting = build_alerting(
+        loaded.budget,
+        AlertSettings(
+            window_scale=settings.alert_window_scale,
+            min_judged=settings.alert_min_traces,
+            resend_s=settings.alert_resend_seconds,
+            ui_url=settings.public_url or f"http://{host}:{port}",
+            jaeger_ui=settings.jaeger_ui or "",
+        ),
+        alertmanager=settings.alertmanager,
+        webhook=settings.webhook,
+        on_failure=lambda sink: metrics.export_failures.labels(sink).inc(),
+    )
+    pipeline = Pipeline(
+        settings,
+        loaded.budget,
+        metrics=metrics,
+        store=store,
+        forwarder=forwarder,
+        listeners=[alerting.engine],
+    )
+    pipeline.start()
+    alerting.start()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(pipeline), host=host, port=port, log_level="warning", access_log=False
+        )
+    )
+
+    def reload_all() -> None:
+        if pipeline.reload_budget(settings.budget_path):
+            alerting.engine.set_budget(pipeline.budget)
+
+    def reload(_signum: int, _frame: object) -> None:
+        # Off the signal frame: loading YAML there could interrupt the event loop mid-step.
+        threading.Thread(target=reload_all, daemon=True).start()
+
+    signal.signal(signal.SIGHUP, reload)
+    # uvicorn handles SIGINT/SIGTERM while serving, then re-raises them to the handlers it
+    # found: make those no-ops so that the clean shutdown below runs instead of dying.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, lambda _signum, _frame: None)
+    log.info(
+        "spanbudget collector listening on http://%s:%d (budget %r from %s, store %s,"
+        " decision wait %gs%s)",
+        host,
+        port,
+        loaded.budget.name,
+        settings.budget_path,
+        settings.db_path,
+        settings.decision_wait_seconds,
+        f", forwarding to {settings.forward_traces_url}" if forwarder else "",
+    )
+    try:
+        server.run()
+    finally:
+        log.info("shutting down: judging buffered traces, draining the forwarder")
+        pipeline.close()
+        alerting.close()
+        log.info("collector stopped")
+    return 0 if server.started else 1

@@ -1,0 +1,190 @@
+"""OTLP/HTTP trace intake: body limits, gzip without bombs, protobuf/JSON decoding, responses.
+
+Pure functions over bytes; the HTTP route in `api.py` calls them and enqueues the result.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import json_format
+from google.rpc import status_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from spanbudget.collector.readers import (
+    TraceReadError,
+    request_from_json,
+    request_from_protobuf,
+    spans_from_otlp,
+)
+from spanbudget.collector.spans import Span
+
+__all__ = [
+    "Batch",
+    "IntakeError",
+    "Origin",
+    "decode_export",
+    "encode_response",
+    "encode_status",
+    "is_json",
+]
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+_SOURCE = "OTLP request"
+
+
+class IntakeError(Exception):
+    """A request the intake refuses: `status` is the HTTP status, `reason` the metric label."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(slots=True)
+class Origin:
+    """The resource and scope a span came with, kept to forward it as it arrived."""
+
+    resource: Any  # opentelemetry.proto.resource.v1.Resource
+    resource_schema_url: str
+    scope: Any  # opentelemetry.proto.common.v1.InstrumentationScope
+    scope_schema_url: str
+
+
+@dataclass(slots=True)
+class Batch:
+    """One accepted request: spans for the evaluator and, when forwarding, their originals.
+
+    `protos[i]` is `(origin, protobuf span)` of `spans[i]`; empty when nothing forwards.
+    `rejected` spans were refused at intake (too large) and are reported as partial success.
+    """
+
+    spans: list[Span]
+    protos: list[tuple[Origin, Any]]
+    rejected: int = 0
+
+
+def is_json(content_type: str | None) -> bool:
+    return (content_type or "").split(";", 1)[0].strip().lower() == JSON
+
+
+def decode_export(
+    body: bytes,
+    *,
+    content_type: str | None,
+    content_encoding: str | None,
+    max_body_bytes: int,
+    max_span_bytes: int,
+    keep_protos: bool,
+) -> Batch:
+    """Decode one `POST /v1/traces` body into a batch, or raise `IntakeError` (4xx)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media not in (PROTOBUF, JSON):
+        raise IntakeError(
+            415, "unsupported_media_type", f"Content-Type must be {PROTOBUF} or {JSON}"
+        )
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding == "gzip":
+        body = gunzip_bounded(body, max_body_bytes)
+    elif encoding != "identity":
+        raise IntakeError(415, "unsupported_encoding", "Content-Encoding must be gzip or absent")
+    if len(body) > max_body_bytes:
+        raise IntakeError(413, "too_large", f"body over {max_body_bytes} bytes")
+    if not body:
+        raise IntakeError(400, "malformed", "empty body: send an ExportTraceServiceRequest")
+    try:
+        request = request_from_protobuf(body, _SOURCE) if media == PROTOBUF else _from_json(body)
+        rejected = _drop_oversized(request, max_span_bytes) if len(body) > max_span_bytes else 0
+        spans = spans_from_otlp(request, source=_SOURCE)
+    except TraceReadError as exc:
+        raise IntakeError(400, "malformed", str(exc)) from None
+    if rejected and not spans:
+        raise IntakeError(400, "span_too_large", f"every span is over {max_span_bytes} bytes")
+    return Batch(spans, _originals(request) if keep_protos else [], rejected)
+
+
+def gunzip_bounded(body: bytes, limit: int) -> bytes:
+    """Inflate gzip (all members) but never past `limit` bytes: a bomb costs at most that."""
+    out = bytearray()
+    data = body
+    while data:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out += inflater.decompress(data, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise IntakeError(400, "malformed", f"bad gzip body: {exc}") from None
+        if len(out) > limit:
+            raise IntakeError(413, "too_large", f"body over {limit} bytes after decompression")
+        if not inflater.eof:
+            raise IntakeError(400, "malformed", "truncated gzip body")
+        data = inflater.unused_data
+    return bytes(out)
+
+
+def _from_json(body: bytes) -> ExportTraceServiceRequest:
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise TraceReadError(_SOURCE, f"not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise TraceReadError(_SOURCE, "expected a JSON object (an ExportTraceServiceRequest)")
+    try:
+        return request_from_json(document, _SOURCE)
+    except RecursionError:
+        raise TraceReadError(_SOURCE, "JSON nested too deeply") from None
+
+
+def _drop_oversized(request: ExportTraceServiceRequest, max_span_bytes: int) -> int:
+    """Remove spans whose encoding exceeds the limit (a 1 MB attribute); return how many."""
+    dropped = 0
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            spans = scope_spans.spans
+            for i in range(len(spans) - 1, -1, -1):
+                if spans[i].ByteSize() > max_span_bytes:
+                    del spans[i]
+                    dropped += 1
+    return dropped
+
+
+def _originals(request: ExportTraceServiceRequest) -> list[tuple[Origin, Any]]:
+    """Each span with its origin, in the order `spans_from_otlp` returns them."""
+    out: list[tuple[Origin, Any]] = []
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            origin = Origin(
+                resource_spans.resource,
+                resource_spans.schema_url,
+                scope_spans.scope,
+                scope_spans.schema_url,
+            )
+            out.extend((origin, span) for span in scope_spans.spans)
+    return out
+
+
+def encode_response(rejected: int, message: str, *, as_json: bool) -> bytes:
+    """An `ExportTraceServiceResponse`, with `partial_success` when spans were rejected."""
+    response = ExportTraceServiceResponse()
+    if rejected:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    if as_json:
+        return json.dumps(json_format.MessageToDict(response)).encode()
+    return response.SerializeToString()  # type: ignore[no-any-return]
+
+
+def encode_status(code: int, message: str, *, as_json: bool) -> bytes:
+    """A `google.rpc.Status` body, as OTLP/HTTP asks for on errors."""
+    status = status_pb2.Status(code=code, message=message)
+    if as_json:
+        return json.dumps(json_format.MessageToDict(status)).encode()
+    return status.SerializeToString()  # type: ignore[no-any-return]

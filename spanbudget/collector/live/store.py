@@ -1,0 +1,286 @@
+"""The verdict store: SQLite in WAL mode, retention by age and count, exact summaries.
+
+One writer (the collector's worker) and any number of readers (the API); a restart keeps
+every verdict within retention.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from spanbudget.collector.semconv import LOADTEST_RUN_ID
+from spanbudget.collector.stats import PERCENTILES, percentile
+from spanbudget.collector.verdict import Status, Verdict
+
+__all__ = ["VerdictStore"]
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS verdicts (
+    seq INTEGER PRIMARY KEY,
+    trace_id TEXT NOT NULL UNIQUE,
+    budget TEXT NOT NULL,
+    status TEXT NOT NULL,
+    ttft_ms REAL,
+    total_status TEXT NOT NULL,
+    run_id TEXT,
+    evaluated_at REAL NOT NULL,
+    blame TEXT NOT NULL,
+    spans INTEGER NOT NULL,
+    late_spans INTEGER NOT NULL DEFAULT 0,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS verdicts_time ON verdicts (evaluated_at);
+CREATE INDEX IF NOT EXISTS verdicts_run ON verdicts (run_id, evaluated_at);
+CREATE TABLE IF NOT EXISTS stage_results (
+    seq INTEGER NOT NULL,
+    stage TEXT NOT NULL,
+    ms REAL,
+    status TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS stage_results_seq ON stage_results (seq);
+"""
+
+
+class VerdictStore:
+    """Verdicts by trace id, newest first listings, per-stage summaries.
+
+    `write` is for the single writer thread; `get`, `query` and `summary` may be called
+    from any thread (they share one read connection under a lock; WAL keeps them off the
+    writer's way).
+    """
+
+    def __init__(self, path: Path, *, retention_seconds: float, retention_count: int) -> None:
+        self.path = path
+        self.retention_seconds = retention_seconds
+        self.retention_count = retention_count
+        if str(path) != ":memory:":
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = self._connect()
+        self._writer.executescript(_SCHEMA)
+        self._reader = self._connect()
+        self._read_lock = threading.Lock()
+        row = self._writer.execute("SELECT COALESCE(MAX(seq), 0) FROM verdicts").fetchone()
+        self._next_seq = int(row[0]) + 1
+
+    def _connect(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        connection.execute("PRAGMA busy_timeout=5000")
+        return connection
+
+    def close(self) -> None:
+        self._writer.close()
+        with self._read_lock:
+            self._reader.close()
+
+    def write(self, verdicts: Sequence[tuple[Verdict, int]]) -> list[Verdict]:
+        """Store `(verdict, span count)` pairs in one transaction; return the new ones.
+
+        A trace id already stored is left as it is (a trace is judged once), so callers can
+        notify listeners of the returned verdicts only and never repeat an alert.
+        """
+        if not verdicts:
+            return []
+        writer = self._writer
+        ids = [v.trace_id for v, _ in verdicts]
+        known: set[str] = set()
+        for chunk in _chunks(ids, 500):
+            marks = ",".join("?" * len(chunk))
+            rows = writer.execute(
+                f"SELECT trace_id FROM verdicts WHERE trace_id IN ({marks})", chunk
+            )
+            known.update(r[0] for r in rows)
+        fresh: list[Verdict] = []
+        verdict_rows: list[tuple[Any, ...]] = []
+        stage_rows: list[tuple[Any, ...]] = []
+        for verdict, span_count in verdicts:
+            if verdict.trace_id in known:
+                continue
+            known.add(verdict.trace_id)
+            seq = self._next_seq
+            self._next_seq += 1
+            fresh.append(verdict)
+            run_id = verdict.attributes.get(LOADTEST_RUN_ID)
+            verdict_rows.append(
+                (
+                    seq,
+                    verdict.trace_id,
+                    verdict.budget,
+                    verdict.status.value,
+                    verdict.ttft_ms,
+                    verdict.total_status.value,
+                    None if run_id is None else str(run_id),
+                    verdict.evaluated_at.timestamp(),
+                    json.dumps(list(verdict.blame)),
+                    span_count,
+                    verdict.to_json(),
+                )
+            )
+            stage_rows.extend((seq, s.name, s.ms, s.status.value) for s in verdict.stages)
+        writer.execute("BEGIN")
+        try:
+            writer.executemany(
+                "INSERT INTO verdicts (seq, trace_id, budget, status, ttft_ms, total_status,"
+                " run_id, evaluated_at, blame, spans, body) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                verdict_rows,
+            )
+            writer.executemany("INSERT INTO stage_results VALUES (?,?,?,?)", stage_rows)
+            writer.execute("COMMIT")
+        except BaseException:
+            writer.execute("ROLLBACK")
+            raise
+        return fresh
+
+    def add_late(self, counts: dict[str, int]) -> None:
+        """Attach late spans to their stored trace (a count; they never change the verdict)."""
+        self._writer.executemany(
+            "UPDATE verdicts SET late_spans = late_spans + ? WHERE trace_id = ?",
+            [(n, trace_id) for trace_id, n in counts.items()],
+        )
+
+    def prune(self, now: float) -> int:
+        """Apply retention: drop verdicts older than the age limit and beyond the count."""
+        writer = self._writer
+        cutoff = now - self.retention_seconds
+        writer.execute("BEGIN")
+        try:
+            row = writer.execute(
+                "SELECT MAX(seq) FROM verdicts WHERE evaluated_at < ?", (cutoff,)
+            ).fetchone()
+            by_age = row[0] or 0
+            newest = writer.execute("SELECT COALESCE(MAX(seq), 0) FROM verdicts").fetchone()[0]
+            up_to = max(by_age, newest - self.retention_count)
+            deleted = writer.execute("DELETE FROM verdicts WHERE seq <= ?", (up_to,)).rowcount
+            writer.execute("DELETE FROM stage_results WHERE seq <= ?", (up_to,))
+            writer.execute("COMMIT")
+        except BaseException:
+            writer.execute("ROLLBACK")
+            raise
+        return int(deleted)
+
+    def get(self, trace_id: str) -> dict[str, Any] | None:
+        with self._read_lock:
+            row = self._reader.execute(
+                "SELECT body, spans, late_spans FROM verdicts WHERE trace_id = ?", (trace_id,)
+            ).fetchone()
+        return None if row is None else _served(row)
+
+    def query(
+        self,
+        *,
+        status: Status | None = None,
+        stage: str | None = None,
+        run_id: str | None = None,
+        since: float | None = None,
+        before: str | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        """Verdicts newest first; `stage` keeps verdicts that blame that stage; `before` (a
+        trace id) starts after that verdict, to page through a long listing."""
+        where, params = _filters(since, run_id)
+        if before is not None:
+            where.append("seq < (SELECT seq FROM verdicts WHERE trace_id = ?)")
+            params.append(before)
+        if status is not None:
+            where.append("status = ?")
+            params.append(status.value)
+        if stage is not None:
+            where.append("EXISTS (SELECT 1 FROM json_each(verdicts.blame) WHERE value = ?)")
+            params.append(stage)
+        sql = "SELECT body, spans, late_spans FROM verdicts"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        with self._read_lock:
+            rows = self._reader.execute(sql, [*params, limit]).fetchall()
+        return [_served(row) for row in rows]
+
+    def summary(self, *, since: float | None = None, run_id: str | None = None) -> dict[str, Any]:
+        """Per stage and for TTFT: count, p50/p90/p95/p99/max, share over limit; statuses.
+
+        Stage figures come from traces with a TTFT (not `incomplete` ones); status counts
+        cover every verdict.
+        """
+        where, params = _filters(since, run_id)
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        with self._read_lock:
+            statuses = self._reader.execute(
+                f"SELECT status, COUNT(*) FROM verdicts{clause} GROUP BY status", params
+            ).fetchall()
+            ttfts = self._reader.execute(
+                f"SELECT ttft_ms, total_status FROM verdicts{clause}", params
+            ).fetchall()
+            # Stage times of traces without a first token cover the whole root span, not
+            # the TTFT window: they would skew the percentiles, so only judged TTFTs count.
+            stage_rows = self._reader.execute(
+                "SELECT s.stage, s.ms, s.status FROM stage_results s JOIN verdicts"
+                " ON verdicts.seq = s.seq WHERE verdicts.ttft_ms IS NOT NULL"
+                + "".join(f" AND {w}" for w in where)
+                + " ORDER BY s.rowid",
+                params,
+            ).fetchall()
+        stages: dict[str, list[tuple[float, bool]]] = {}
+        for name, ms, stage_status in stage_rows:
+            values = stages.setdefault(name, [])
+            if ms is not None:
+                values.append((ms, stage_status == Status.OVERRUN.value))
+        ttft_over = [(ms, status == Status.OVERRUN.value) for ms, status in ttfts if ms is not None]
+        counts = {status.value: 0 for status in Status if status.severity or status is Status.OK}
+        counts.update(dict(statuses))
+        return {
+            "traces": sum(n for _, n in statuses),
+            "status_counts": counts,
+            "ttft": _describe(ttft_over),
+            "stages": [{"name": name, **_describe(values)} for name, values in stages.items()],
+            "percentile_method": "linear interpolation between closest ranks (numpy default)",
+        }
+
+
+def _filters(since: float | None, run_id: str | None) -> tuple[list[str], list[Any]]:
+    where: list[str] = []
+    params: list[Any] = []
+    if since is not None:
+        where.append("evaluated_at >= ?")
+        params.append(since)
+    if run_id is not None:
+        where.append("run_id = ?")
+        params.append(run_id)
+    return where, params
+
+
+def _describe(values: list[tuple[float, bool]]) -> dict[str, Any]:
+    """Percentiles of measured values and the share of them over their limit."""
+    ms = sorted(v for v, _ in values)
+    if not ms:
+        return {
+            "count": 0,
+            **{f"p{p}_ms": None for p in PERCENTILES},
+            "max_ms": None,
+            "over_limit_share": None,
+        }
+    over = sum(1 for _, is_over in values if is_over)
+    return {
+        "count": len(ms),
+        **{f"p{p}_ms": percentile(ms, p) for p in PERCENTILES},
+        "max_ms": ms[-1],
+        "over_limit_share": over / len(ms),
+    }
+
+
+def _served(row: tuple[str, int, int]) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(row[0])
+    body["spans"] = row[1]
+    body["late_spans"] = row[2]
+    return body
+
+
+def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

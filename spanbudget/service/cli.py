@@ -1,0 +1,145 @@
+"""`spanbudget serve` and `spanbudget ingest`: thin commands over the gateway library
+(heavy imports stay inside the function bodies so `spanbudget --help` stays fast)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+__all__ = ["ingest", "serve"]
+
+
+def _settings(**overrides: Any) -> Any:
+    """Settings from options then environment; a bad value is a usage error, not a traceback."""
+    from pydantic import ValidationError
+
+    from spanbudget.service.settings import Settings
+
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        raise typer.BadParameter(problems) from None
+
+
+def serve(
+    listen: Annotated[str | None, typer.Option(help="host:port to listen on.")] = None,
+    llm_base_url: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible LLM server, e.g. vLLM.")
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Where the Qdrant Edge shard lives.")
+    ] = None,
+    faults: Annotated[
+        bool, typer.Option("--faults", help="Honour the x-spanbudget-delay header.")
+    ] = False,
+) -> None:
+    """Run the RAG gateway: OpenAI-compatible /v1/chat/completions with retrieval.
+
+    Spans go where OTEL_EXPORTER_OTLP_ENDPOINT says (default the collector on :4318); API
+    keys come from SPANBUDGET_API_KEYS (comma-separated; none set means auth is off).
+
+    Example:  spanbudget serve --listen 127.0.0.1:8080 --llm-base-url http://127.0.0.1:8000/v1
+    """
+    import uvicorn
+
+    from spanbudget.service.assembly import build_gateway, build_store
+    from spanbudget.service.embedding import SentenceTransformerEmbedder
+    from spanbudget.service.telemetry import build_tracer_provider
+    from spanbudget.service.tokens import load_tokenizer
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    settings = _settings(
+        listen=listen, llm_base_url=llm_base_url, data_dir=data_dir, faults=faults or None
+    )
+    provider = build_tracer_provider("rag-gateway")
+    if settings.embedding_threads:
+        import torch
+
+        # Process-wide, hence here at the entry point and not in the library.
+        torch.set_num_threads(settings.embedding_threads)
+    embedder = SentenceTransformerEmbedder()
+    store = build_store(settings, embedder.dimension)
+    try:
+        app = build_gateway(
+            settings,
+            provider,
+            embedder=embedder,
+            store=store,
+            counter=load_tokenizer(settings.tokenizer),
+        )
+        host, port = settings.host_port
+        logging.getLogger("service.cli").info(
+            "gateway on http://%s:%d (LLM %s, collection %s, faults %s)",
+            host,
+            port,
+            settings.llm_base_url,
+            settings.collection,
+            "on" if settings.faults else "off",
+        )
+        # uvicorn stops gracefully on SIGINT/SIGTERM, then re-raises the signal to the
+        # handlers it found: make those no-ops so that the command returns, the `finally`
+        # below closes the store and flushes the spans, and the process exits 0.
+        for stop_signal in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stop_signal, lambda _signum, _frame: None)
+        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()
+    finally:
+        store.close()
+        provider.shutdown()
+
+
+def ingest(
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Files or folders (.md .txt .rst .py).")
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Where the Qdrant Edge shard lives.")
+    ] = None,
+) -> None:
+    """Chunk, embed and index documents; with no PATH, the Python docs that ship with Python.
+
+    Re-running is idempotent: chunk ids depend on the source and position only.
+
+    Example:  spanbudget ingest docs/ README.md --data-dir ./data
+    """
+    from rich.progress import Progress
+
+    from spanbudget.service.assembly import build_store
+    from spanbudget.service.embedding import SentenceTransformerEmbedder
+    from spanbudget.service.ingest import default_corpus, read_paths
+    from spanbudget.service.ingest import ingest as run_ingest
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    settings = _settings(data_dir=data_dir)
+    for path in paths or []:
+        if not path.exists():
+            raise typer.BadParameter(f"{path} does not exist", param_hint="PATH")
+    documents = read_paths(paths) if paths else default_corpus()
+    embedder = SentenceTransformerEmbedder()
+    store = build_store(settings, embedder.dimension)
+    try:
+        with Progress() as progress:
+            task = progress.add_task("embedding", total=None)
+            report = run_ingest(
+                documents,
+                embedder,
+                store,
+                on_total=lambda n: progress.update(task, total=n),
+                on_progress=lambda n: progress.advance(task, n),
+            )
+    finally:
+        store.close()
+    typer.echo(
+        f"ingested {report.chunks} chunks from {report.documents} documents into "
+        f"{settings.collection!r} in {report.seconds:.1f} s"
+    )

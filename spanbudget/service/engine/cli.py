@@ -1,0 +1,236 @@
+"""`spanbudget engine`: run the vLLM-compatible engine emulator (DESIGN §7).
+
+A thin layer: flags become `EngineSettings`, which build the runtime, served by uvicorn.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Annotated, Any
+
+import typer
+
+__all__ = ["engine"]
+
+_OVR = "Preset overrides"
+
+
+def _override(help_text: str) -> Any:
+    return typer.Option(help=help_text, rich_help_panel=_OVR, show_default=False)
+
+
+def engine(
+    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on.")] = "127.0.0.1:8000",
+    model: Annotated[
+        str | None, typer.Option(help="Served model name (default: the preset's model).")
+    ] = None,
+    preset: Annotated[
+        str | None, typer.Option(help="Deployment preset; see --list-presets.")
+    ] = None,
+    faults: Annotated[
+        bool, typer.Option("--faults", help="Honour the x-spanbudget-delay request header.")
+    ] = False,
+    seed: Annotated[int | None, typer.Option(help="Seed of the generated text.")] = None,
+    stall: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="AT:MS — from AT s after start the engine does no work for MS ms (steps "
+            "under way or due then wait it out). Repeatable."
+        ),
+    ] = None,
+    error_rate: Annotated[
+        float | None, typer.Option(help="Share of requests failing at once with 500.")
+    ] = None,
+    drop_rate: Annotated[
+        float | None, typer.Option(help="Share of requests whose stream is cut mid-way.")
+    ] = None,
+    engine_core: Annotated[
+        str | None,
+        typer.Option(help="Run the scheduler in its own 'process' (default) or a 'thread'."),
+    ] = None,
+    core_priority: Annotated[
+        str | None,
+        typer.Option(
+            help="CPU priority of the step thread: 'realtime' (default; SCHED_FIFO where "
+            "permitted, so steps keep time on a busy machine) or 'normal'."
+        ),
+    ] = None,
+    list_presets: Annotated[
+        bool, typer.Option("--list-presets", help="Print the presets and exit.")
+    ] = False,
+    num_gpus: Annotated[int | None, _override("Tensor-parallel GPUs.")] = None,
+    peak_tflops: Annotated[float | None, _override("Dense peak TFLOP/s per GPU.")] = None,
+    hbm_bandwidth_gbs: Annotated[float | None, _override("HBM GB/s per GPU.")] = None,
+    hbm_gb: Annotated[float | None, _override("HBM GB per GPU.")] = None,
+    params_b: Annotated[float | None, _override("Model parameters, billions.")] = None,
+    num_layers: Annotated[int | None, _override("Transformer layers.")] = None,
+    num_heads: Annotated[int | None, _override("Query heads.")] = None,
+    num_kv_heads: Annotated[int | None, _override("Key/value heads.")] = None,
+    head_dim: Annotated[int | None, _override("Head dimension.")] = None,
+    weight_bytes: Annotated[float | None, _override("Bytes per weight (2 bf16, 1 fp8).")] = None,
+    kv_cache_bytes: Annotated[float | None, _override("Bytes per KV element.")] = None,
+    max_model_len: Annotated[int | None, _override("Context length.")] = None,
+    mfu: Annotated[float | None, _override("Achieved share of peak FLOP/s.")] = None,
+    mbu: Annotated[float | None, _override("Achieved share of peak bandwidth.")] = None,
+    step_overhead_ms: Annotated[float | None, _override("Fixed time per step, ms.")] = None,
+    gpu_memory_utilization: Annotated[float | None, _override("vLLM's memory share.")] = None,
+    reserved_gb_per_gpu: Annotated[float | None, _override("Non-KV memory per GPU.")] = None,
+    block_size: Annotated[int | None, _override("KV block size, tokens.")] = None,
+    max_num_batched_tokens: Annotated[int | None, _override("Token budget per step.")] = None,
+    max_num_seqs: Annotated[int | None, _override("Sequences per step.")] = None,
+    num_gpu_blocks: Annotated[int | None, _override("KV blocks (0: from memory).")] = None,
+) -> None:
+    """Run the engine emulator: vLLM's API and telemetry, latency from a scheduler model.
+
+    An emulator, not an engine: a continuous-batching scheduler (chunked prefill, 16-token
+    KV blocks, preemption) times every step with a roofline model of the preset's GPU and
+    model, so requests queue and slow down under load as on real vLLM. Spans go where
+    OTEL_EXPORTER_OTLP_ENDPOINT says (default http://127.0.0.1:4318).
+
+    Example:
+
+        spanbudget engine --listen 127.0.0.1:8000 --preset qwen3-8b-a100 --faults
+
+        spanbudget engine --preset qwen3-8b-h100 --mfu 0.3 --stall 30:500 --drop-rate 0.01
+    """
+    from spanbudget.service.engine.faults import FaultError
+    from spanbudget.service.engine.presets import PresetError, preset_parameters
+    from spanbudget.service.engine.settings import EngineSettings
+
+    overrides = {
+        name: value
+        for name, value in locals().items()
+        if name in preset_parameters() and value is not None
+    }
+    given: dict[str, Any] = {
+        "listen": listen,
+        "model": model,
+        "preset": preset,
+        "seed": seed,
+        "stalls": stall or None,
+        "error_rate": error_rate,
+        "drop_rate": drop_rate,
+        "engine_core": engine_core,
+        "core_priority": core_priority,
+    }
+    if faults:
+        given["faults"] = True
+    try:
+        settings = EngineSettings(
+            **{k: v for k, v in given.items() if v is not None}, preset_overrides=overrides
+        )
+        if list_presets:
+            _print_presets()
+            return
+        resolved = settings.resolved_preset()
+        settings.stall_schedule()
+        host, port = settings.host_port()
+    except (PresetError, FaultError, ValueError) as exc:  # pydantic's errors are ValueErrors
+        raise typer.BadParameter(str(exc)) from None
+    _serve(settings, resolved, host, port)
+
+
+def _print_presets() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
+    from spanbudget.service.engine.presets import DEFAULT_PRESET, PRESETS
+
+    table = Table(title="engine emulator presets (modelled)")
+    for column in ("preset", "deployment", "prefill 500 tok ms", "decode step b=1 ms", "KV tokens"):
+        table.add_column(column)
+    for name, p in PRESETS.items():
+        perf = PerfModel(p)
+        label = f"{name} (default)" if name == DEFAULT_PRESET else name
+        decode_ms = perf.step_seconds([BatchEntry(1, 500)]) * 1e3
+        table.add_row(
+            label,
+            p.description,
+            f"{perf.prefill_seconds(500) * 1e3:.1f}",
+            f"{decode_ms:.1f}",
+            f"{p.kv_capacity_blocks * p.block_size:,}",
+        )
+    Console().print(table)
+
+
+def _serve(settings: Any, preset: Any, host: str, port: int) -> None:
+    import gc
+    import logging
+    import sys
+
+    import uvicorn
+    from prometheus_client import CollectorRegistry
+
+    from spanbudget.service.engine.api import create_app, quiet_deliberate_cuts
+    from spanbudget.service.engine.faults import TroubleMaker
+    from spanbudget.service.engine.generation import OutputPlanner
+    from spanbudget.service.engine.runtime import EngineRuntime
+    from spanbudget.service.engine.tracing import RequestTracer
+    from spanbudget.service.telemetry import build_tracer_provider
+    from spanbudget.service.tokens import load_tokenizer
+
+    log = logging.getLogger("spanbudget.engine")
+    # vLLM's own resource attributes, so the emulator's spans look like vLLM's.
+    provider = build_tracer_provider(
+        "vllm",
+        resource_attributes={
+            "vllm.instrumenting_module_name": "vllm.llm_engine",
+            "vllm.process_id": os.getpid(),
+        },
+    )
+    planner = OutputPlanner(
+        load_tokenizer(settings.tokenizer),
+        seed=settings.seed,
+        min_tokens=settings.output_min_tokens,
+        max_tokens=settings.output_max_tokens,
+    )
+    runtime = EngineRuntime(
+        preset,
+        planner,
+        model_name=settings.served_model(),
+        tracer=RequestTracer(provider),
+        registry=CollectorRegistry(),
+        stall_seconds=settings.stall_schedule(),
+        trouble=TroubleMaker(
+            error_rate=settings.error_rate, drop_rate=settings.drop_rate, seed=settings.seed
+        ),
+        faults_enabled=settings.faults,
+        core=settings.engine_core,
+        core_priority=settings.core_priority,
+    )
+    app = create_app(runtime, on_shutdown=(provider.shutdown,))
+    # Start-up garbage (tokenizer, corpus) never needs collecting: keep it out of the
+    # collector's generations so collection pauses stay short while tokens go out.
+    gc.collect()
+    gc.freeze()
+    if settings.engine_core == "thread":
+        # The engine-core thread must get the GIL back within a fraction of a millisecond
+        # when a step ends, not after the default 5 ms of frontend work. (The core process
+        # sets this for itself.)
+        sys.setswitchinterval(0.0005)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    quiet_deliberate_cuts()
+    log.info(
+        "engine emulator serving %s (preset %s: %s) on http://%s:%d/v1, faults %s",
+        runtime.model_name,
+        preset.name,
+        preset.description,
+        host,
+        port,
+        "on" if settings.faults else "off",
+    )
+    # uvicorn stops gracefully on SIGINT/SIGTERM, then re-raises the signal to the handlers
+    # it found: make those no-ops so that the command returns and exits 0.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, lambda _signum, _frame: None)
+    # Streams still open at SIGTERM get a few seconds to finish, then the server stops anyway.
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )

@@ -1,0 +1,51 @@
+"""Engine emulator settings, read once at start-up: flags first, then environment, then defaults."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from spanbudget.service.engine.faults import StallSchedule, parse_stall
+from spanbudget.service.engine.presets import DEFAULT_PRESET, Preset, get_preset
+from spanbudget.service.settings import parse_listen
+from spanbudget.service.tokens import DEFAULT_TOKENIZER
+
+__all__ = ["EngineSettings"]
+
+
+class EngineSettings(BaseSettings):
+    """Environment variables are `SPANBUDGET_ENGINE_<FIELD>`; faults also `SPANBUDGET_FAULTS`."""
+
+    model_config = SettingsConfigDict(env_prefix="SPANBUDGET_ENGINE_", populate_by_name=True)
+
+    listen: str = "127.0.0.1:8000"
+    model: str | None = None  # served model name; the preset's model when unset
+    preset: str = DEFAULT_PRESET
+    preset_overrides: dict[str, Any] = Field(default_factory=dict)
+    faults: bool = Field(
+        default=False,
+        validation_alias=AliasChoices("faults", "SPANBUDGET_FAULTS", "SPANBUDGET_ENGINE_FAULTS"),
+    )
+    seed: int = 0
+    tokenizer: str = DEFAULT_TOKENIZER
+    output_min_tokens: int = Field(default=32, ge=1)
+    output_max_tokens: int = Field(default=192, ge=1)
+    stalls: list[str] = Field(default_factory=list)  # "AT:MS", seconds after start : ms
+    engine_core: Literal["process", "thread"] = "process"
+    core_priority: Literal["realtime", "normal"] = "realtime"  # "realtime" where permitted
+    error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    drop_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+
+    def resolved_preset(self) -> Preset:
+        return get_preset(self.preset).with_overrides(self.preset_overrides)
+
+    def served_model(self) -> str:
+        return self.model or get_preset(self.preset).model
+
+    def stall_schedule(self) -> StallSchedule:
+        return StallSchedule(parse_stall(spec) for spec in self.stalls)
+
+    def host_port(self) -> tuple[str, int]:
+        return parse_listen(self.listen)

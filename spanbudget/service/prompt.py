@@ -1,0 +1,105 @@
+"""The prompt stage: fit retrieved chunks to a token budget (lowest scores dropped first)
+and render the Jinja2 template, counting tokens with the served model's tokenizer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from opentelemetry.trace import TracerProvider
+
+from spanbudget.service import semconv as sc
+from spanbudget.service.faults import NO_FAULTS, FaultPlan
+from spanbudget.service.tokens import TokenCounter
+from spanbudget.service.vectorstore import Hit
+
+__all__ = ["DEFAULT_TEMPLATES", "PromptBuilder", "RenderedPrompt"]
+
+DEFAULT_TEMPLATES = Path(__file__).parent / "templates"
+# Chat templates wrap every message in a few special tokens (role markers, separators).
+_TOKENS_PER_MESSAGE = 4
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    messages: list[dict[str, str]]
+    input_tokens: int
+    kept: int
+    dropped: int
+
+
+class PromptBuilder:
+    """Renders `template` (from `templates_dir`, falling back to the shipped defaults)."""
+
+    def __init__(
+        self,
+        counter: TokenCounter,
+        tracer_provider: TracerProvider,
+        *,
+        template: str = "rag.j2",
+        templates_dir: Path | None = None,
+        context_token_budget: int = 1500,
+    ) -> None:
+        search_path = [str(templates_dir)] if templates_dir else []
+        search_path.append(str(DEFAULT_TEMPLATES))
+        env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(search_path),
+            autoescape=False,  # plain text for a model, not HTML
+            undefined=jinja2.StrictUndefined,
+            keep_trailing_newline=True,
+        )
+        # Fail at start-up, not on the first request, when the template is missing or broken.
+        self._template = env.get_template(template)
+        self._template_id = template
+        self._counter = counter
+        self._budget = context_token_budget
+        self._tracer = tracer_provider.get_tracer(__name__)
+
+    def fit(self, hits: Sequence[Hit]) -> tuple[list[Hit], int]:
+        """Drop the lowest-scoring hits until the rest fit the budget; keep score order."""
+        ranked = sorted(hits, key=lambda h: h.score, reverse=True)
+        sizes = [self._counter.count(h.text) for h in ranked]
+        total = sum(sizes)
+        while ranked and total > self._budget:
+            ranked.pop()
+            total -= sizes.pop()
+        return ranked, total
+
+    def count_messages(self, messages: Sequence[dict[str, str]]) -> int:
+        return sum(self._counter.count(m["content"]) + _TOKENS_PER_MESSAGE for m in messages)
+
+    async def render(
+        self,
+        conversation: Sequence[dict[str, str]],
+        hits: Sequence[Hit],
+        faults: FaultPlan = NO_FAULTS,
+    ) -> RenderedPrompt:
+        with self._tracer.start_as_current_span(
+            sc.SPAN_PROMPT, attributes={sc.PROMPT_TEMPLATE_ID: self._template_id}
+        ) as span:
+            await faults.inject("prompt", span)
+            kept, context_tokens = self.fit(hits)
+            documents: list[dict[str, Any]] = [
+                {"title": h.title, "text": h.text, "source": h.source, "score": h.score}
+                for h in kept
+            ]
+            system = self._template.render(documents=documents)
+            messages = [{"role": "system", "content": system}, *conversation]
+            result = RenderedPrompt(
+                messages=messages,
+                input_tokens=self.count_messages(messages),
+                kept=len(kept),
+                dropped=len(hits) - len(kept),
+            )
+            span.set_attributes(
+                {
+                    sc.GEN_AI_USAGE_INPUT_TOKENS: result.input_tokens,
+                    sc.PROMPT_CONTEXT_TOKENS: context_tokens,
+                    sc.PROMPT_DOCUMENTS_KEPT: result.kept,
+                    sc.PROMPT_DOCUMENTS_DROPPED: result.dropped,
+                }
+            )
+            return result

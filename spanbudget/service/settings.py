@@ -1,0 +1,101 @@
+"""Gateway settings: one pydantic-settings object, read from `SPANBUDGET_*` once at start-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from spanbudget.service.tokens import DEFAULT_TOKENIZER
+
+__all__ = ["Settings", "parse_listen"]
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 as `[::1]:8080`) to a host and a port; raises ValueError.
+
+    The collector has its own copy: `service` and `collector` never import each other.
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"expected HOST:PORT, e.g. 127.0.0.1:8080, got {text!r}")
+    number = int(port)
+    if not 0 <= number <= 65535:
+        raise ValueError(f"port out of range in {text!r}")
+    return host.strip("[]"), number
+
+
+def _valid_listen(value: str) -> str:
+    parse_listen(value)
+    return value
+
+
+def _split_csv(value: object) -> object:
+    if isinstance(value, str):
+        return tuple(item.strip() for item in value.split(",") if item.strip())
+    return value
+
+
+class Settings(BaseSettings):
+    """Everything `spanbudget serve` and `spanbudget ingest` can be told.
+
+    Environment: `SPANBUDGET_<FIELD>`; `LLM_BASE_URL` and `QDRANT_URL` are also accepted
+    under their plain names (DESIGN §2). CLI options override these at construction.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SPANBUDGET_", extra="ignore", frozen=True)
+
+    listen: str = "127.0.0.1:8080"
+    llm_base_url: str = Field(
+        "http://127.0.0.1:8000/v1",
+        validation_alias=AliasChoices("SPANBUDGET_LLM_BASE_URL", "LLM_BASE_URL", "llm_base_url"),
+    )
+    llm_api_key: str = ""
+    # Listed by the gateway's /v1/models when the upstream cannot be asked: by default the
+    # model the engine emulator serves (its default preset's).
+    llm_model: str = "Qwen/Qwen3-8B"
+    llm_provider: str = "vllm"
+    llm_timeout_seconds: float = 60.0
+    llm_max_connections: int = 100
+    data_dir: Path = Path("./data")
+    collection: str = "rag-docs"
+    qdrant_url: str | None = Field(
+        None, validation_alias=AliasChoices("SPANBUDGET_QDRANT_URL", "QDRANT_URL", "qdrant_url")
+    )
+    # qdrant-client compares its version with the server's in a background thread.
+    qdrant_check_compatibility: bool = True
+    # Query embeddings are tiny: one intra-op thread answers them faster than two on a small
+    # machine and leaves a core to the event loop (0 keeps torch's default).
+    embedding_threads: int = Field(1, ge=0)
+    top_k: int = Field(5, ge=1, le=100)
+    hnsw_m: int = Field(16, ge=4)
+    hnsw_ef_construct: int = Field(100, ge=4)
+    hnsw_ef: int = Field(64, ge=1)
+    # Qdrant uses exact search below this size (KB); small enough that the corpus is HNSW.
+    full_scan_threshold_kb: int = Field(10, ge=1)
+    templates_dir: Path | None = None
+    template: str = "rag.j2"
+    tokenizer: str = DEFAULT_TOKENIZER
+    context_token_budget: int = Field(1500, ge=0)
+    api_keys: Annotated[tuple[str, ...], NoDecode] = ()
+    jwt_secret: str = ""
+    jwt_algorithms: Annotated[tuple[str, ...], NoDecode] = ("HS256",)
+    jwt_audience: str = "spanbudget"
+    jwt_issuer: str = "spanbudget"
+    rate_limit_per_second: float = Field(50.0, gt=0)
+    rate_limit_burst: int = Field(100, ge=1)
+    max_body_bytes: int = Field(1_000_000, ge=1)
+    faults: bool = False
+
+    _split = field_validator("api_keys", "jwt_algorithms", mode="before")(_split_csv)
+    _listen = field_validator("listen")(_valid_listen)
+
+    @property
+    def shard_path(self) -> Path:
+        return self.data_dir / "qdrant" / self.collection
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
