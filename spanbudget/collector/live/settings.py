@@ -20,7 +20,7 @@ class CollectorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPANBUDGET_COLLECTOR_", frozen=True)
 
     listen: str = "127.0.0.1:4318"
-    budget_path: Path = Path("budget.yaml")
+    budget_path: Path | None = None  # None: ./budget.yaml, else the packaged default
     db_path: Path = Path("data/verdicts.db")
     forward_otlp: str | None = None
     alertmanager: str | None = None
