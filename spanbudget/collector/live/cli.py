@@ -177,7 +177,11 @@ def run(settings: Any) -> int:
     alerting.start()
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(pipeline), host=host, port=port, log_level="warning", access_log=False
+            create_app(pipeline, alerts=alerting.engine),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
         )
     )
 
