@@ -160,6 +160,7 @@ def run(settings: Any) -> int:
         AlertSettings(
             window_scale=settings.alert_window_scale,
             min_judged=settings.alert_min_traces,
+            min_overruns=settings.alert_min_overruns,
             resend_s=settings.alert_resend_seconds,
             ui_url=settings.public_url or f"http://{host}:{port}",
             jaeger_ui=settings.jaeger_ui or "",
@@ -180,7 +181,11 @@ def run(settings: Any) -> int:
     alerting.start()
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(pipeline), host=host, port=port, log_level="warning", access_log=False
+            create_app(pipeline, alerts=alerting.engine),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
         )
     )
 
