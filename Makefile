@@ -42,7 +42,7 @@ test-install: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/evaluate.py
 	$(BIN)/python bench/readers.py
-	$(BIN)/python bench/collector.py
+	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/loadgen.py
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/engine.py

@@ -1,6 +1,6 @@
 """Collector throughput on one core: OTLP protobuf intake → assembly → evaluation → store.
 
-Run: .venv/bin/python bench/collector.py [--traces 20000] [--per-request 40]
+Run: .venv/bin/python bench/pipeline.py [--traces 20000] [--per-request 40]
 
 12-span traces of the reference path, encoded as OTLP protobuf requests, measured side by
 side in one run: the raw protobuf decode of the same payloads (best of 5: the floor no collector
@@ -39,7 +39,8 @@ from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.readers import spans_from_otlp
 from spanbudget.collector.spans import Span
-from tests.collector.harness import ServerThread, otlp_request
+from tests.otlp_build import to_request
+from tests.servers import ServerThread
 from tests.traces import rag_trace
 
 PROTOBUF = "application/x-protobuf"
@@ -57,10 +58,10 @@ def make_payloads(traces: int, per_request: int, tag: int) -> list[bytes]:
         assert len(builder.spans) == 12
         batch += builder.spans
         if len(batch) >= per_request * 12:
-            payloads.append(otlp_request(batch).SerializeToString())
+            payloads.append(to_request(batch).SerializeToString())
             batch = []
     if batch:
-        payloads.append(otlp_request(batch).SerializeToString())
+        payloads.append(to_request(batch).SerializeToString())
     return payloads
 
 
