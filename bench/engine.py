@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-# The repository's packages and test helpers come first: bench/collector.py would otherwise
-# stand in for the `collector` package.
+# The checkout beside this script comes first, so that a bench measures this code and not
+# another installed copy of spanbudget (it runs an older checkout the same way).
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -38,7 +38,7 @@ from rich.table import Table
 
 from spanbudget.collector.stats import percentile
 from spanbudget.processes import Child, Supervisor
-from tests.servers import free_port
+from spanbudget.testing.servers import free_port
 
 PROMPT_TEXT = (
     "Context: the scheduler batches decode tokens of running sequences with prefill chunks "

@@ -26,7 +26,7 @@ from spanbudget.collector.attribution import assemble, attribute_window
 from spanbudget.collector.budget_file import load_budget
 from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.spans import Span
-from tests.traces import rag_trace
+from spanbudget.testing.traces import rag_trace
 
 
 def make_traces(count: int) -> list[list[Span]]:

@@ -29,8 +29,8 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-# The repository's packages and test helpers come first: bench/collector.py would otherwise
-# stand in for the `collector` package.
+# The checkout beside this script comes first, so that a bench measures this code and not
+# another installed copy of spanbudget (it runs an older checkout the same way).
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -52,7 +52,7 @@ from spanbudget.service.settings import Settings
 from spanbudget.service.telemetry import build_tracer_provider
 from spanbudget.service.tokens import load_tokenizer
 from spanbudget.service.vectorstore import EdgeStore
-from tests.servers import free_port
+from spanbudget.testing.servers import free_port
 
 QUESTIONS = [
     "How does a for loop work?",

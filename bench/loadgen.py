@@ -31,13 +31,13 @@ from spanbudget.collector.loadtest.client import ChatRequest
 from spanbudget.collector.loadtest.runner import RunSettings, run_requests
 from spanbudget.collector.loadtest.schedule import Arrival, Phase, build_schedule
 from spanbudget.collector.stats import percentile
-from tests.servers import free_port
+from spanbudget.testing.servers import free_port
 
 
 def _serve(port: int) -> None:
     import uvicorn
 
-    from tests.sse_server import Stall, sse_app
+    from spanbudget.testing.sse_server import Stall, sse_app
 
     uvicorn.run(sse_app(Stall()), host="127.0.0.1", port=port, log_level="error")
 

@@ -39,9 +39,9 @@ from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.readers import spans_from_otlp
 from spanbudget.collector.spans import Span
-from tests.otlp_build import to_request
-from tests.servers import ServerThread
-from tests.traces import rag_trace
+from spanbudget.testing.otlp import to_request
+from spanbudget.testing.servers import ServerThread
+from spanbudget.testing.traces import rag_trace
 
 PROTOBUF = "application/x-protobuf"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from tests.servers import free_port
+from spanbudget.testing.servers import free_port
 
 __all__ = ["NULL_CONFIG", "Alertmanager", "WebhookReceiver", "notifying_config"]
 

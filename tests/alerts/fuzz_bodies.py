@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from spanbudget.collector.spans import Span
-from tests.otlp_build import request_to_json, to_request
-from tests.traces import rag_trace
+from spanbudget.testing.otlp import request_to_json, to_request
+from spanbudget.testing.traces import rag_trace
 
 __all__ = ["Body", "fuzz_bodies", "protobuf", "reference_traces"]
 

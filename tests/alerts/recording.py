@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from spanbudget.collector.budget import Budget
 from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.verdict import Verdict
-from tests.traces import rag_trace
+from spanbudget.testing.traces import rag_trace
 
 __all__ = ["COLD_START_BLIP", "SUSTAINED", "Segment", "replay"]
 

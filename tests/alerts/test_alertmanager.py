@@ -17,11 +17,11 @@ import pytest
 from spanbudget.collector.alerts.engine import AlertSettings
 from spanbudget.collector.alerts.wiring import build_alerting
 from spanbudget.collector.budget_file import load_budget
+from spanbudget.testing.otlp import to_request
+from spanbudget.testing.servers import wait_until
+from spanbudget.testing.traces import rag_trace
 from tests.alerts.alertmanager import Alertmanager
 from tests.collector.harness import running_collector
-from tests.otlp_build import to_request
-from tests.servers import wait_until
-from tests.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 BUDGET = load_budget(REPO / "budget.yaml").budget

@@ -10,10 +10,10 @@ import httpx
 
 from spanbudget.collector.alerts.engine import AlertEngine, AlertSettings
 from spanbudget.collector.budget_file import load_budget
+from spanbudget.testing.otlp import to_request
+from spanbudget.testing.servers import wait_until
+from spanbudget.testing.traces import rag_trace
 from tests.collector.harness import running_collector
-from tests.otlp_build import to_request
-from tests.servers import wait_until
-from tests.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 BUDGET = load_budget(REPO / "budget.yaml").budget

@@ -14,7 +14,7 @@ from spanbudget.collector.budget import Budget
 from spanbudget.collector.budget_file import load_budget
 from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.verdict import Verdict
-from tests.traces import rag_trace
+from spanbudget.testing.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 SCALE = 1 / 360  # 1 h -> 10 s, 5 m -> 0.83 s

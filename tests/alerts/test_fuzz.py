@@ -17,10 +17,10 @@ import httpx
 import pytest
 
 from spanbudget.collector.alerts.burnrate import DEFAULT_RULES
+from spanbudget.testing.servers import free_port
 from tests.alerts.alertmanager import WebhookReceiver
 from tests.alerts.fuzz_bodies import PROTOBUF, Body, fuzz_bodies, protobuf, reference_traces
 from tests.deploy.processes import spanbudget_command, start_process, stop_process
-from tests.servers import free_port
 
 BODIES = 10_000
 SEED = 16

@@ -22,9 +22,9 @@ from spanbudget.collector.alerts.burnrate import DEFAULT_RULES
 from spanbudget.collector.alerts.engine import Alert, AlertEngine, AlertSettings
 from spanbudget.collector.alerts.sinks import AlertmanagerSink, Dispatcher
 from spanbudget.collector.budget_file import load_budget
+from spanbudget.testing.servers import wait_until
 from tests.alerts.alertmanager import Alertmanager, WebhookReceiver, notifying_config
 from tests.alerts.recording import COLD_START_BLIP, SUSTAINED, Segment, replay
-from tests.servers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BUDGET = load_budget(REPO / "budget.yaml").budget

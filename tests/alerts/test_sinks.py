@@ -11,9 +11,9 @@ import pytest
 from spanbudget.collector.alerts.engine import Alert, AlertEngine, AlertSettings
 from spanbudget.collector.alerts.sinks import Dispatcher, LogSink, WebhookSink
 from spanbudget.collector.budget_file import load_budget
+from spanbudget.testing.servers import wait_until
 from tests.alerts.alertmanager import WebhookReceiver
 from tests.alerts.recording import Segment, replay
-from tests.servers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BUDGET = load_budget(REPO / "budget.yaml").budget

@@ -26,8 +26,8 @@ from spanbudget.collector.live.pipeline import Pipeline, VerdictListener
 from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.spans import Span, SpanKind
-from tests.otlp_build import request_to_json
-from tests.servers import ServerThread
+from spanbudget.testing.otlp import request_to_json
+from spanbudget.testing.servers import ServerThread
 
 REPO = Path(__file__).resolve().parents[2]
 BUDGET = REPO / "budget.yaml"

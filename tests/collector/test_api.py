@@ -13,13 +13,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from spanbudget.collector.live.api import create_app
 from spanbudget.collector.live.metrics import BUDGET_BUCKETS_SECONDS
+from spanbudget.testing.otlp import to_request
+from spanbudget.testing.traces import rag_trace
 from tests.collector.harness import (
     Collector,
     idle_pipeline,
     running_collector,
 )
-from tests.otlp_build import to_request
-from tests.traces import rag_trace
 
 PROTOBUF = "application/x-protobuf"
 SHAPES = [{"retrieval": 30}, {}, {"prefill": 30}, {"prompt": 5}, {"retrieval": 12}, {}]

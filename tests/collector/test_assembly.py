@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from spanbudget.collector.live.assembly import Assembly
-from tests.traces import rag_trace
+from spanbudget.testing.traces import rag_trace
 
 
 def _assembly(**overrides: float) -> Assembly:

@@ -15,9 +15,9 @@ import pytest
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from spanbudget.testing.otlp import to_request
+from spanbudget.testing.traces import rag_trace
 from tests.collector.harness import Collector, otlp_json, running_collector
-from tests.otlp_build import to_request
-from tests.traces import rag_trace
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"

@@ -15,10 +15,10 @@ import httpx
 import pytest
 
 from spanbudget.collector.live.store import VerdictStore
+from spanbudget.testing.otlp import to_request
+from spanbudget.testing.servers import free_port, wait_until
+from spanbudget.testing.traces import rag_trace
 from tests.collector.harness import BUDGET
-from tests.otlp_build import to_request
-from tests.servers import free_port, wait_until
-from tests.traces import rag_trace
 
 SPANBUDGET = Path(sys.executable).parent / "spanbudget"
 PROTOBUF = "application/x-protobuf"

@@ -22,10 +22,10 @@ from spanbudget.collector.semconv import (
 )
 from spanbudget.collector.spans import SpanKind
 from spanbudget.collector.verdict import Verdict
+from spanbudget.testing.otlp import to_request
+from spanbudget.testing.servers import free_port, wait_until
+from spanbudget.testing.traces import TraceBuilder, rag_trace
 from tests.collector.harness import Collector, ServerThread, running_collector
-from tests.otlp_build import to_request
-from tests.servers import free_port, wait_until
-from tests.traces import TraceBuilder, rag_trace
 
 PROTOBUF = "application/x-protobuf"
 

@@ -16,6 +16,8 @@ from spanbudget.collector.budget_file import load_budget
 from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.live.processor import BudgetSpanProcessor
 from spanbudget.collector.verdict import Verdict
+from spanbudget.testing.otlp import to_request
+from spanbudget.testing.traces import rag_trace
 from tests.collector.harness import (
     BUDGET,
     comparable,
@@ -23,8 +25,6 @@ from tests.collector.harness import (
     replay_with_sdk,
     running_collector,
 )
-from tests.otlp_build import to_request
-from tests.traces import rag_trace
 
 SERVICES = ("spanbudget-loadtest", "rag-gateway", "vllm")
 PROTOBUF = "application/x-protobuf"

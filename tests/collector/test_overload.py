@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 
 from spanbudget.collector.live.api import create_app
 from spanbudget.collector.verdict import Verdict
+from spanbudget.testing.otlp import to_request
+from spanbudget.testing.traces import rag_trace
 from tests.collector.harness import idle_pipeline, running_collector
-from tests.otlp_build import to_request
-from tests.traces import rag_trace
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"

@@ -16,8 +16,8 @@ from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.stats import PERCENTILES, percentile
 from spanbudget.collector.verdict import Status, Verdict
+from spanbudget.testing.traces import rag_trace
 from tests.collector.harness import BUDGET
-from tests.traces import rag_trace
 
 
 def _verdicts(count: int, seed: int = 1, run_id: str = "run-1") -> list[Verdict]:

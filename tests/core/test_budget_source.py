@@ -16,8 +16,8 @@ from spanbudget.collector.budget_source import (
     packaged_budget,
     write_default_budget,
 )
-from tests.otlp_build import to_otlp_json
-from tests.traces import rag_trace
+from spanbudget.testing.otlp import to_otlp_json
+from spanbudget.testing.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 

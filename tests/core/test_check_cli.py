@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from spanbudget.cli import app
-from tests.otlp_build import to_otlp_json, to_request
-from tests.traces import rag_trace
+from spanbudget.testing.otlp import to_otlp_json, to_request
+from spanbudget.testing.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 BUDGET = str(REPO / "budget.yaml")

@@ -20,7 +20,7 @@ from spanbudget.collector.budget_file import load_budget
 from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.spans import SpanKind
 from spanbudget.collector.verdict import Status, Verdict
-from tests.traces import TraceBuilder, rag_trace
+from spanbudget.testing.traces import TraceBuilder, rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

@@ -17,9 +17,9 @@ from spanbudget.collector.budget_file import load_budget
 from spanbudget.collector.loadtest.render_terminal import render_terminal
 from spanbudget.collector.loadtest.report import build_report
 from spanbudget.terminal import HELP_WIDTH, make_console, print_wide
+from spanbudget.testing.otlp import to_otlp_json
+from spanbudget.testing.traces import rag_trace
 from tests.loadtest.test_report import INFO, make_rows
-from tests.otlp_build import to_otlp_json
-from tests.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ..servers import free_port
+from spanbudget.testing.servers import free_port
+
 from .metric_names import scrape_sample_names
 from .processes import (
     REPO,

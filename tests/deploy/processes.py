@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ..otlp_build import to_request
-from ..traces import rag_trace
+from spanbudget.testing.otlp import to_request
+from spanbudget.testing.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 

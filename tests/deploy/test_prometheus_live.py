@@ -11,7 +11,8 @@ import httpx
 import pytest
 import yaml
 
-from ..servers import free_port
+from spanbudget.testing.servers import free_port
+
 from .processes import REPO, send_overrun_trace, start_process, stop_process
 
 RULES = REPO / "spanbudget" / "collector" / "prometheus" / "budget-alerts.yml"

@@ -20,7 +20,7 @@ import pytest
 
 from spanbudget.collector.loadtest.files import read_rows
 from spanbudget.processes import Child, Supervisor
-from tests.servers import free_port
+from spanbudget.testing.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {"HF_HUB_OFFLINE": "1", "OTEL_BSP_SCHEDULE_DELAY": "200", "PYTHONUNBUFFERED": "1"}

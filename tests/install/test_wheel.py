@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.otlp_build import to_otlp_json, to_request
-from tests.servers import free_port, wait_until
-from tests.traces import rag_trace
+from spanbudget.testing.otlp import to_otlp_json, to_request
+from spanbudget.testing.servers import free_port, wait_until
+from spanbudget.testing.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 # Distributions that only the [reference] extra may bring.

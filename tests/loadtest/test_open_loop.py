@@ -12,7 +12,7 @@ from opentelemetry.trace import SpanKind
 from spanbudget.collector.loadtest.client import ChatRequest
 from spanbudget.collector.loadtest.runner import RunSettings, run_requests
 from spanbudget.collector.loadtest.schedule import Arrival, Phase, build_schedule
-from tests.sse_server import Stall, serve, sse_app
+from spanbudget.testing.sse_server import Stall, serve, sse_app
 
 
 def test_stall_shows_in_scheduled_time_latency() -> None:

@@ -22,7 +22,7 @@ from spanbudget.collector.loadtest.client import RequestRecord
 from spanbudget.collector.loadtest.files import read_rows, write_report_json, write_rows
 from spanbudget.collector.loadtest.render_html import render_html
 from spanbudget.collector.loadtest.report import RunInfo, build_report, request_row, row_columns
-from tests.traces import rag_trace
+from spanbudget.testing.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 

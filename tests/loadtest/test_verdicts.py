@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from spanbudget.collector.loadtest.verdicts import wait_for_verdicts
+from spanbudget.testing.otlp import to_request
+from spanbudget.testing.traces import rag_trace
 from tests.collector.harness import running_collector
-from tests.otlp_build import to_request
-from tests.traces import rag_trace
 
 PROTOBUF = "application/x-protobuf"
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from spanbudget.collector.readers import TraceReadError, read_jaeger_api, read_traces
-from tests.servers import free_port
+from spanbudget.testing.servers import free_port
 
 SINCE_SECONDS = 900.0
 

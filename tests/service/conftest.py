@@ -23,7 +23,7 @@ from spanbudget.service.settings import Settings
 from spanbudget.service.telemetry import build_tracer_provider
 from spanbudget.service.tokens import TokenCounter, load_tokenizer
 from spanbudget.service.vectorstore import EdgeStore
-from tests.servers import ServerThread
+from spanbudget.testing.servers import ServerThread
 from tests.service.upstream import FakeLLM
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -13,8 +13,8 @@ import jwt
 import pytest
 from opentelemetry.trace import StatusCode
 
+from spanbudget.testing.servers import ServerThread
 from tests.asgi import post_scope
-from tests.servers import ServerThread
 from tests.service.conftest import GatewayFactory, by_name, chat_body
 from tests.service.upstream import FakeLLM
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.servers import ServerThread
+from spanbudget.testing.servers import ServerThread
 from tests.service.conftest import GatewayFactory, by_name
 from tests.service.upstream import ANSWER, FakeLLM
 

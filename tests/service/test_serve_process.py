@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from spanbudget.service.embedding import SentenceTransformerEmbedder
 from spanbudget.service.ingest import ingest
 from spanbudget.service.vectorstore import EdgeStore
-from tests.servers import ServerThread, free_port
+from spanbudget.testing.servers import ServerThread, free_port
 from tests.service.conftest import SMALL_CORPUS, chat_body
 
 pytestmark = pytest.mark.slow

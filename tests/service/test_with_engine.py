@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from spanbudget.processes import Child, Supervisor
-from tests.servers import free_port
+from spanbudget.testing.servers import free_port
 from tests.service.conftest import GatewayFactory, by_name, chat_body
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

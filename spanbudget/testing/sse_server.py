@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from tests.servers import ServerThread
+from spanbudget.testing.servers import ServerThread
 
 
 @dataclass
