@@ -10,9 +10,10 @@ from datetime import datetime
 
 from spanbudget.collector.attribution import Node, Tree, assemble, attribute_window
 from spanbudget.collector.budget import Budget, Stage, WhenAbsent
-from spanbudget.collector.semconv import FIRST_TOKEN_MARKS, GEN_AI_REQUEST_MODEL, LOADTEST_PREFIX
+from spanbudget.collector.semconv import FIRST_TOKEN_MARKS, LOADTEST_PREFIX
 from spanbudget.collector.spans import AttrValue, Span
 from spanbudget.collector.verdict import StageResult, Status, Verdict
+from spanbudget.semconv import GEN_AI_REQUEST_MODEL
 
 __all__ = ["Evaluator", "evaluate"]
 

@@ -1,7 +1,6 @@
-"""Attribute and span names the collector reads or writes, in one place.
-
-GenAI names follow the OpenTelemetry GenAI semantic conventions; the `gen_ai.latency.*`
-names are vLLM's own; `budget.*` are spanbudget's annotations (DESIGN §7).
+"""Attribute names only the collector reads or writes: the load tester's `loadtest.*`, and
+`budget.*`, spanbudget's annotations (DESIGN §7); those the reference path writes too are
+in `spanbudget.semconv`, which also names the first-token marks and vLLM phases below.
 """
 
 from __future__ import annotations
@@ -15,13 +14,6 @@ FIRST_TOKEN_MARKS = (TIME_TO_FIRST_CHUNK, VLLM_LATENCY_TTFT)
 VLLM_REQUEST_SPAN = "llm_request"
 VLLM_LATENCY_QUEUE = "gen_ai.latency.time_in_queue"
 VLLM_LATENCY_PREFILL = "gen_ai.latency.time_in_model_prefill"
-
-GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
-GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
-GEN_AI_REQUEST_STREAM = "gen_ai.request.stream"
-GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
-HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
-SERVICE_NAME = "service.name"
 
 # Attributes copied from the trace into the verdict's `attributes`.
 LOADTEST_PREFIX = "loadtest."

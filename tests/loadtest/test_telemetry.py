@@ -1,10 +1,11 @@
-"""Where the load tester's root spans go: the verdicts are joined from the collector they reach."""
+"""Where spans go (`spanbudget.telemetry`): the load tester's root spans reach the collector
+its verdicts are joined from; every other process follows the OTLP exporter specification."""
 
 from __future__ import annotations
 
 import pytest
 
-from spanbudget.collector.loadtest.telemetry import span_endpoint
+from spanbudget.telemetry import otlp_traces_endpoint
 
 TRACES = "http://otel-collector:4318/v1/traces"
 AMBIENT = "http://somewhere-else:4318"
@@ -23,7 +24,22 @@ AMBIENT = "http://somewhere-else:4318"
         ("http://bc:4318", {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": TRACES}, TRACES),
     ],
 )
-def test_span_endpoint_precedence(
+def test_endpoint_precedence_with_a_named_collector(
     collector: str | None, env: dict[str, str], expected: str
 ) -> None:
-    assert span_endpoint(collector, env) == expected
+    assert otlp_traces_endpoint(env, base=collector) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "http://127.0.0.1:4318/v1/traces"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": AMBIENT + "/"}, f"{AMBIENT}/v1/traces"),
+        (
+            {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": TRACES, "OTEL_EXPORTER_OTLP_ENDPOINT": AMBIENT},
+            TRACES,
+        ),
+    ],
+)
+def test_endpoint_precedence_of_the_specification(env: dict[str, str], expected: str) -> None:
+    assert otlp_traces_endpoint(env) == expected

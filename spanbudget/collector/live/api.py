@@ -30,6 +30,7 @@ from spanbudget.collector.live.intake import (
 from spanbudget.collector.live.metrics import render
 from spanbudget.collector.live.pipeline import Pipeline
 from spanbudget.collector.verdict import Status
+from spanbudget.serving import BodyTooLarge, read_body
 
 __all__ = ["MAX_LIST", "create_app"]
 
@@ -72,7 +73,7 @@ def create_app(pipeline: Pipeline, *, alerts: AlertEngine | None = None) -> Fast
                 {"WWW-Authenticate": "Bearer"},
             )
         try:
-            body = await _read_bounded(request, settings.max_body_bytes)
+            body = await _read_body(request, settings.max_body_bytes)
             batch = decode_export(
                 body,
                 content_type=content_type,
@@ -189,19 +190,12 @@ def _authorized(header: str | None, token: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
 
 
-async def _read_bounded(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, limit: int) -> bytes:
     """The raw body, refused as soon as it passes `limit` bytes (compressed or not)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise IntakeError(413, "too_large", f"body over {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise IntakeError(413, "too_large", f"body over {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        return await read_body(request, limit)
+    except BodyTooLarge as exc:
+        raise IntakeError(413, "too_large", str(exc)) from None
 
 
 def _since(text: str | None) -> float | None:

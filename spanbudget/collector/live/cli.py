@@ -124,7 +124,6 @@ def collect(
 
 def run(settings: Any) -> int:
     """Run the collector until SIGINT/SIGTERM; return the exit code."""
-    import uvicorn
     from prometheus_client import CollectorRegistry
 
     from spanbudget.collector.alerts.engine import AlertSettings
@@ -135,8 +134,8 @@ def run(settings: Any) -> int:
     from spanbudget.collector.live.forward import Forwarder
     from spanbudget.collector.live.metrics import CollectorMetrics
     from spanbudget.collector.live.pipeline import Pipeline
-    from spanbudget.collector.live.settings import parse_listen
     from spanbudget.collector.live.store import VerdictStore
+    from spanbudget.serving import parse_listen, serve
 
     source = find_budget(settings.budget_path)
     log.info("%s", source.describe())
@@ -179,15 +178,6 @@ def run(settings: Any) -> int:
     )
     pipeline.start()
     alerting.start()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(pipeline, alerts=alerting.engine),
-            host=host,
-            port=port,
-            log_level="warning",
-            access_log=False,
-        )
-    )
 
     def reload_all() -> None:
         if pipeline.reload_budget(source.path):
@@ -198,10 +188,6 @@ def run(settings: Any) -> int:
         threading.Thread(target=reload_all, daemon=True).start()
 
     signal.signal(signal.SIGHUP, reload)
-    # uvicorn handles SIGINT/SIGTERM while serving, then re-raises them to the handlers it
-    # found: make those no-ops so that the clean shutdown below runs instead of dying.
-    for stop_signal in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop_signal, lambda _signum, _frame: None)
     log.info(
         "spanbudget collector listening on http://%s:%d (budget %r from %s, store %s,"
         " decision wait %gs%s)",
@@ -213,11 +199,12 @@ def run(settings: Any) -> int:
         settings.decision_wait_seconds,
         f", forwarding to {settings.forward_traces_url}" if forwarder else "",
     )
+    started = False
     try:
-        server.run()
+        started = serve(create_app(pipeline, alerts=alerting.engine), settings.listen)
     finally:
         log.info("shutting down: judging buffered traces, draining the forwarder")
         pipeline.close()
         alerting.close()
         log.info("collector stopped")
-    return 0 if server.started else 1
+    return 0 if started else 1

@@ -20,9 +20,9 @@ from opentelemetry.trace import StatusCode
 from spanbudget.collector.budget import Budget
 from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.live.assembly import Assembly, DueTrace
-from spanbudget.collector.semconv import SERVICE_NAME
 from spanbudget.collector.spans import Span, SpanKind
 from spanbudget.collector.verdict import Verdict
+from spanbudget.semconv import SERVICE_NAME
 
 __all__ = ["BudgetSpanProcessor", "span_from_sdk"]
 

@@ -11,7 +11,9 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["CollectorSettings", "parse_listen"]
+from spanbudget.serving import parse_listen
+
+__all__ = ["CollectorSettings"]
 
 
 class CollectorSettings(BaseSettings):
@@ -82,14 +84,3 @@ class CollectorSettings(BaseSettings):
             return None
         url = self.forward_otlp.rstrip("/")
         return url if url.endswith("/v1/traces") else f"{url}/v1/traces"
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """`HOST:PORT` (IPv6 as `[::1]:4318`) to a host and a port; raises ValueError."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ValueError(f"expected HOST:PORT, e.g. 127.0.0.1:4318, got {text!r}")
-    number = int(port)
-    if not 0 <= number <= 65535:
-        raise ValueError(f"port out of range in {text!r}")
-    return host.strip("[]"), number

@@ -19,7 +19,8 @@ from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from spanbudget.collector import semconv as sc
+from spanbudget import semconv as sc
+from spanbudget.collector.semconv import LOADTEST_PHASE, LOADTEST_REQUEST_INDEX, LOADTEST_RUN_ID
 from spanbudget.collector.stats import percentile
 
 __all__ = ["ChatRequest", "RequestRecord", "send_chat"]
@@ -100,13 +101,13 @@ async def send_chat(
         kind=SpanKind.CLIENT,
         start_time=send_wall_ns,
         attributes={
-            sc.GEN_AI_OPERATION_NAME: "chat",
+            sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
             sc.GEN_AI_REQUEST_MODEL: model,
             sc.GEN_AI_REQUEST_STREAM: True,
             sc.GEN_AI_REQUEST_MAX_TOKENS: request.max_tokens,
-            sc.LOADTEST_RUN_ID: run_id,
-            sc.LOADTEST_REQUEST_INDEX: request.index,
-            sc.LOADTEST_PHASE: request.phase,
+            LOADTEST_RUN_ID: run_id,
+            LOADTEST_REQUEST_INDEX: request.index,
+            LOADTEST_PHASE: request.phase,
         },
     )
     record.trace_id = f"{span.get_span_context().trace_id:032x}"
@@ -158,7 +159,7 @@ async def send_chat(
         record.itl_mean_ms = sum(gaps) / len(gaps)
         record.itl_p95_ms = percentile(gaps, 95)
     if record.ttft_ms is not None:
-        span.set_attribute(sc.TIME_TO_FIRST_CHUNK, record.ttft_ms / 1000)
+        span.set_attribute(sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, record.ttft_ms / 1000)
     if record.status_code:
         span.set_attribute(sc.HTTP_RESPONSE_STATUS_CODE, record.status_code)
     if record.error:
