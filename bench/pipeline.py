@@ -129,7 +129,6 @@ def main() -> None:
                     content_encoding=None,
                     max_body_bytes=64 << 20,
                     max_span_bytes=64 << 10,
-                    keep_protos=False,
                 )
                 assert pipeline.offer(batch)
             assert pipeline.wait_idle(600)

@@ -6,6 +6,7 @@ Shared by the live collector, `spanbudget check` and the load tester.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from spanbudget.collector.attribution import Node, Tree, assemble, attribute_window
@@ -15,11 +16,21 @@ from spanbudget.collector.spans import AttrValue, Span
 from spanbudget.collector.verdict import StageResult, Status, Verdict
 from spanbudget.semconv import GEN_AI_REQUEST_MODEL
 
-__all__ = ["Evaluator", "evaluate"]
+__all__ = ["Evaluator", "Judged", "evaluate"]
 
 _NS_PER_MS = 1_000_000
 _UNIT_NS = 10_000  # verdict times are rounded to 0.01 ms
 _MEMO_LIMIT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A verdict and, beside it, what the judging said of the spans themselves: the root,
+    and the stage of each span that belongs to one (matched or inherited), by span id."""
+
+    verdict: Verdict
+    root_span_id: str
+    span_stages: Mapping[str, str]
 
 
 class Evaluator:
@@ -42,6 +53,11 @@ class Evaluator:
 
     def evaluate(self, spans: Sequence[Span], *, evaluated_at: datetime) -> Verdict | None:
         """The verdict of one trace, or None when no span matches any stage (not judged)."""
+        judged = self.judge(spans, evaluated_at=evaluated_at)
+        return None if judged is None else judged.verdict
+
+    def judge(self, spans: Sequence[Span], *, evaluated_at: datetime) -> Judged | None:
+        """The verdict with each span's stage (to annotate the spans), or None: not judged."""
         matched: set[str] = set()
 
         def classify(node: Node, is_root: bool) -> str | None:
@@ -56,7 +72,9 @@ class Evaluator:
         try:
             if not matched:
                 return None
-            return self._judge(spans[0].trace_id, tree, matched, evaluated_at)
+            verdict = self._judge(spans[0].trace_id, tree, matched, evaluated_at)
+            stages = {n.span_id: n.stage for n in tree.nodes if n.stage and not n.virtual}
+            return Judged(verdict, tree.root.span_id, stages)
         finally:
             tree.release()
 
@@ -166,8 +184,6 @@ class Evaluator:
             skew_adjusted_ms=_round_ms(tree.skew_ns),
             attributes=_carried_attributes(tree),
             evaluated_at=evaluated_at,
-            span_stages={n.span_id: n.stage for n in tree.nodes if n.stage and not n.virtual},
-            root_span_id=root.span_id,
         )
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["StageResult", "Status", "Verdict", "verdict_from_dict"]
+__all__ = ["StageResult", "Status", "Verdict"]
 
 
 class Status(enum.Enum):
@@ -65,11 +65,7 @@ class StageResult:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The judgement of one trace.
-
-    `span_stages` maps each span id that belongs to a stage (matched or inherited) to its
-    stage's name; it is used to annotate spans and is not part of the JSON form.
-    """
+    """The judgement of one trace, exactly what its JSON form holds (`to_dict`, `from_dict`)."""
 
     trace_id: str
     budget: str
@@ -85,8 +81,6 @@ class Verdict:
     skew_adjusted_ms: float
     attributes: Mapping[str, str | int | float | bool]
     evaluated_at: datetime
-    span_stages: Mapping[str, str] = field(default_factory=dict, compare=False)
-    root_span_id: str = ""
 
     def stage(self, name: str) -> StageResult:
         for result in self.stages:
@@ -117,33 +111,34 @@ class Verdict:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))
 
-
-def verdict_from_dict(data: Mapping[str, Any]) -> Verdict:
-    """Rebuild a verdict from its JSON form (as stored or served)."""
-    total = data["total"]
-    return Verdict(
-        trace_id=data["trace_id"],
-        budget=data["budget"],
-        status=Status(data["status"]),
-        ttft_ms=data["ttft_ms"],
-        total_target_ms=total["target_ms"],
-        total_limit_ms=total["limit_ms"],
-        total_status=Status(total["status"]),
-        stages=tuple(
-            StageResult(
-                name=s["name"],
-                ms=s["ms"],
-                target_ms=s["target_ms"],
-                limit_ms=s["limit_ms"],
-                status=Status(s["status"]),
-                breakdown=s.get("breakdown", {}),
-            )
-            for s in data["stages"]
-        ),
-        unattributed_ms=data["unattributed_ms"],
-        blame=tuple(data["blame"]),
-        overrun_ms=data["overrun_ms"],
-        skew_adjusted_ms=data["skew_adjusted_ms"],
-        attributes=data.get("attributes", {}),
-        evaluated_at=datetime.fromisoformat(data["evaluated_at"]),
-    )
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
+        """Rebuild a verdict from its JSON form, as stored or served (keys beyond it, such
+        as the API's `spans`, are ignored). Raises KeyError, TypeError or ValueError."""
+        total = data["total"]
+        return cls(
+            trace_id=data["trace_id"],
+            budget=data["budget"],
+            status=Status(data["status"]),
+            ttft_ms=data["ttft_ms"],
+            total_target_ms=total["target_ms"],
+            total_limit_ms=total["limit_ms"],
+            total_status=Status(total["status"]),
+            stages=tuple(
+                StageResult(
+                    name=s["name"],
+                    ms=s["ms"],
+                    target_ms=s["target_ms"],
+                    limit_ms=s["limit_ms"],
+                    status=Status(s["status"]),
+                    breakdown=s.get("breakdown", {}),
+                )
+                for s in data["stages"]
+            ),
+            unattributed_ms=data["unattributed_ms"],
+            blame=tuple(data["blame"]),
+            overrun_ms=data["overrun_ms"],
+            skew_adjusted_ms=data["skew_adjusted_ms"],
+            attributes=data.get("attributes", {}),
+            evaluated_at=datetime.fromisoformat(data["evaluated_at"]),
+        )

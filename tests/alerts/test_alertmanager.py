@@ -66,7 +66,7 @@ def test_retrieval_overruns_page_once_and_resolve(
     alerting = build_alerting(BUDGET, SETTINGS, alertmanager=alertmanager.url)
     alerting.start()
     try:
-        with running_collector(tmp_path, listeners=[alerting.engine]) as collector:
+        with running_collector(tmp_path, alerts=alerting.engine) as collector:
             bad = send_traces(collector.url, 1, 30, retrieval=30)  # retrieval 48 ms > 40
             wait_until(lambda: alertmanager.alerts(severity="page") != [], what="the page")
             time.sleep(1.5)  # a re-send or two must not add alerts
@@ -115,7 +115,7 @@ def test_sends_are_retried_while_alertmanager_is_down(
     )
     alerting.start()
     try:
-        with running_collector(tmp_path, listeners=[alerting.engine]) as collector:
+        with running_collector(tmp_path, alerts=alerting.engine) as collector:
             alertmanager.stop()
             send_traces(collector.url, 1, 30, retrieval=30)
             wait_until(lambda: len(failures) >= 2, what="failed sends")
@@ -150,7 +150,7 @@ def test_late_and_duplicate_spans_never_alert_twice(tmp_path: Path) -> None:
     )
     alerting.start()
     try:
-        with running_collector(tmp_path, listeners=[alerting.engine]) as collector:
+        with running_collector(tmp_path, alerts=alerting.engine) as collector:
             bad = send_traces(collector.url, 1, 20, retrieval=30)
             wait_until(lambda: handler.received != [], what="the webhook")
             for trace_id in bad[:5]:

@@ -45,7 +45,7 @@ def test_rules_go_pending_then_firing_with_their_burns_and_traces(tmp_path: Path
     engine = AlertEngine(BUDGET, lambda alert: None, SETTINGS)
     engine.start()
     try:
-        with running_collector(tmp_path, listeners=[engine], alerts=engine) as collector:
+        with running_collector(tmp_path, alerts=engine) as collector:
             before = rules(collector.url)
             assert len(before) == (len(BUDGET.stages) + 1) * 3
             assert {r["state"] for r in before.values()} == {"inactive"}

@@ -19,11 +19,13 @@ from prometheus_client import CollectorRegistry
 
 from spanbudget.collector.alerts.engine import AlertEngine
 from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.live.alerting import AlertsSink
 from spanbudget.collector.live.api import create_app
 from spanbudget.collector.live.forward import Forwarder
 from spanbudget.collector.live.metrics import CollectorMetrics
-from spanbudget.collector.live.pipeline import Pipeline, VerdictListener
+from spanbudget.collector.live.pipeline import Pipeline
 from spanbudget.collector.live.settings import CollectorSettings
+from spanbudget.collector.live.sinks import VerdictSink
 from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.spans import Span, SpanKind
 from spanbudget.testing.otlp import request_to_json
@@ -86,13 +88,13 @@ def idle_pipeline(tmp_path: Path) -> Pipeline:
 def running_collector(
     tmp_path: Path,
     *,
-    listeners: Sequence[VerdictListener] = (),
+    sinks: Sequence[VerdictSink] = (),
     forward_url: str | None = None,
     alerts: AlertEngine | None = None,
     **overrides: Any,
 ) -> Iterator[Collector]:
-    """A collector with a short decision wait, its store under `tmp_path`; `alerts` is
-    served on /api/alerts (pass it in `listeners` too, for it to see the verdicts)."""
+    """A collector with a short decision wait, its store under `tmp_path`; `alerts` sees
+    the verdicts (after `sinks`) and is served on /api/alerts."""
     values: dict[str, Any] = {
         "db_path": tmp_path / "verdicts.db",
         "budget_path": BUDGET,
@@ -118,7 +120,7 @@ def running_collector(
         metrics=metrics,
         store=store,
         forwarder=forwarder,
-        listeners=listeners,
+        sinks=[*sinks, *([AlertsSink(alerts)] if alerts is not None else [])],
     )
     pipeline.start()
     try:

@@ -4,7 +4,6 @@ downstream that is down for a while loses nothing within the queue bound."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from spanbudget.collector.live.sinks import Decisions
 from spanbudget.collector.semconv import (
     BUDGET_BLAME,
     BUDGET_NAME,
@@ -21,11 +21,10 @@ from spanbudget.collector.semconv import (
     BUDGET_TTFT_MS,
 )
 from spanbudget.collector.spans import SpanKind
-from spanbudget.collector.verdict import Verdict
 from spanbudget.testing.otlp import to_request
-from spanbudget.testing.servers import free_port, wait_until
+from spanbudget.testing.servers import ServerThread, free_port, wait_until
 from spanbudget.testing.traces import TraceBuilder, rag_trace
-from tests.collector.harness import Collector, ServerThread, running_collector
+from tests.collector.harness import Collector, running_collector
 
 PROTOBUF = "application/x-protobuf"
 
@@ -83,8 +82,11 @@ class Recorder:
     def __init__(self) -> None:
         self.trace_ids: list[str] = []
 
-    def on_verdicts(self, verdicts: Sequence[Verdict]) -> None:
-        self.trace_ids.extend(v.trace_id for v in verdicts)
+    def consume(self, decisions: Decisions) -> None:
+        self.trace_ids.extend(v.trace_id for v in decisions.verdicts())
+
+    def close(self) -> None:
+        return None
 
 
 def test_forwarded_spans_carry_budget_annotations(tmp_path: Path) -> None:
@@ -92,7 +94,7 @@ def test_forwarded_spans_carry_budget_annotations(tmp_path: Path) -> None:
     recorder = Recorder()
     with (
         ServerThread(receiver.app) as downstream,
-        running_collector(tmp_path, forward_url=downstream.url, listeners=[recorder]) as collector,
+        running_collector(tmp_path, forward_url=downstream.url, sinks=[recorder]) as collector,
     ):
         judged = rag_trace(trace_id="1" * 32, retrieval=30, prefill=30)
         skipped = TraceBuilder(trace_id="2" * 32)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import httpx
 from fastapi.testclient import TestClient
 
 from spanbudget.collector.live.api import create_app
-from spanbudget.collector.verdict import Verdict
+from spanbudget.collector.live.sinks import Decisions
 from spanbudget.testing.otlp import to_request
 from spanbudget.testing.traces import rag_trace
 from tests.collector.harness import idle_pipeline, running_collector
@@ -24,8 +23,8 @@ SENDERS = 4
 REQUESTS_EACH = 25
 
 
-class GateListener:
-    """A verdict listener that holds the worker until released: a stalled pipeline."""
+class GateSink:
+    """A verdict sink that holds the worker until released: a stalled pipeline."""
 
     name = "gate"
 
@@ -34,16 +33,19 @@ class GateListener:
         self.release = threading.Event()
         self.seen: list[str] = []
 
-    def on_verdicts(self, verdicts: Sequence[Verdict]) -> None:
+    def consume(self, decisions: Decisions) -> None:
         self.entered.set()
         self.release.wait(30)
-        self.seen.extend(v.trace_id for v in verdicts)
+        self.seen.extend(v.trace_id for v in decisions.verdicts())
+
+    def close(self) -> None:
+        return None
 
 
 def test_flood_beyond_the_queue_gets_503_and_reconciles_exactly(tmp_path: Path) -> None:
-    gate = GateListener()
+    gate = GateSink()
     span_count = len(rag_trace().spans)
-    with running_collector(tmp_path, listeners=[gate], intake_queue_spans=10 * span_count) as c:
+    with running_collector(tmp_path, sinks=[gate], intake_queue_spans=10 * span_count) as c:
         assert (
             c.post(
                 to_request(rag_trace(trace_id="0" * 31 + "1").spans).SerializeToString(), PROTOBUF

@@ -16,8 +16,11 @@ from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.stats import PERCENTILES, percentile
 from spanbudget.collector.verdict import Status, Verdict
+from spanbudget.testing.otlp import to_request
 from spanbudget.testing.traces import rag_trace
-from tests.collector.harness import BUDGET
+from tests.collector.harness import BUDGET, running_collector
+
+PROTOBUF = "application/x-protobuf"
 
 
 def _verdicts(count: int, seed: int = 1, run_id: str = "run-1") -> list[Verdict]:
@@ -145,4 +148,31 @@ def test_query_filters(tmp_path: Path) -> None:
     future = datetime.now(UTC).timestamp() + 60
     assert store.query(since=future) == []
     assert store.summary(run_id="run-a")["traces"] == 40
+    store.close()
+
+
+def test_after_a_restart_a_stored_traces_stragglers_are_late_not_judged_again(
+    tmp_path: Path,
+) -> None:
+    spans = rag_trace(trace_id="1" * 32).spans
+    with running_collector(tmp_path) as collector:
+        assert collector.post(to_request(spans).SerializeToString(), PROTOBUF).status_code == 200
+        assert collector.verdict("1" * 32)["late_spans"] == 0
+    straggler = replace(spans[4], span_id="f" * 16)
+    with running_collector(tmp_path) as collector:
+        body = to_request([straggler]).SerializeToString()
+        assert collector.post(body, PROTOBUF).status_code == 200
+        assert collector.pipeline.wait_idle(10)
+        assert collector.metric("spanbudget_spans_late_total") == 1
+        assert collector.metric("spanbudget_traces_total", budget="rag-ttft", status="ok") == 0
+        assert collector.metric("spanbudget_traces_skipped_total") == 0
+        assert collector.verdict("1" * 32)["late_spans"] == 1
+        assert collector.verdict("1" * 32)["spans"] == len(spans)
+
+
+def test_recent_trace_ids_are_the_newest_oldest_first(tmp_path: Path) -> None:
+    store = _store(tmp_path / "v.db")
+    verdicts = _verdicts(5)
+    store.write([(v, 11) for v in verdicts])
+    assert store.recent_trace_ids(3) == [v.trace_id for v in verdicts[2:]]
     store.close()

@@ -80,7 +80,6 @@ def create_app(pipeline: Pipeline, *, alerts: AlertEngine | None = None) -> Fast
                 content_encoding=request.headers.get("content-encoding"),
                 max_body_bytes=settings.max_body_bytes,
                 max_span_bytes=settings.max_span_bytes,
-                keep_protos=pipeline.keeps_protos,
             )
         except IntakeError as exc:
             return refuse(exc, as_json)

@@ -7,11 +7,10 @@ has passed since its last span, or its age passes `max_age`. Everything is bound
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from spanbudget.collector.spans import Span
+from spanbudget.collector.live.held import HeldSpan
 
 __all__ = ["AddResult", "Assembly", "DueTrace"]
 
@@ -21,8 +20,7 @@ class _Pending:
     trace_id: str
     first: float
     last: float
-    spans: dict[str, Span] = field(default_factory=dict)
-    payloads: list[Any] = field(default_factory=list)
+    spans: dict[str, HeldSpan] = field(default_factory=dict)
     has_root: bool = False
 
 
@@ -31,18 +29,17 @@ class DueTrace:
     """A trace ready for judgement. `reason`: complete, max_age, evicted or flush."""
 
     trace_id: str
-    spans: list[Span]
-    payloads: list[Any]
+    spans: list[HeldSpan]
     reason: str
 
 
 @dataclass(slots=True)
 class AddResult:
-    """What `Assembly.add` did besides holding spans, for the pipeline to count and route."""
+    """What `Assembly.add` did besides holding spans, for the core to count and route."""
 
     duplicates: int = 0
     over_trace_limit: int = 0
-    late: list[tuple[Span, Any]] = field(default_factory=list)
+    late: list[HeldSpan] = field(default_factory=list)
     evicted: list[DueTrace] = field(default_factory=list)
 
 
@@ -50,11 +47,9 @@ class Assembly:
     """Holds spans by trace until each trace is due. Not thread-safe: one worker owns it.
 
     Bounds: `max_traces` traces and `max_spans` spans in all (the oldest traces are evicted
-    first), `max_spans_per_trace` spans in one trace (the rest are refused).
-
-    `payloads` ride along with spans (the collector keeps each span's protobuf original
-    there, to forward it); they are dropped with their span. Trace ids already decided are
-    remembered (bounded, oldest forgotten first) so their stragglers come back as late.
+    first), `max_spans_per_trace` spans in one trace (the rest are refused). Trace ids
+    already decided are remembered (bounded, oldest forgotten first) so their stragglers
+    come back as late.
     """
 
     def __init__(
@@ -82,27 +77,21 @@ class Assembly:
         return len(self._by_first)
 
     def add(
-        self,
-        spans: list[Span],
-        payloads: list[Any] | None,
-        now: float,
-        *,
-        local_roots: Collection[str] = (),
+        self, spans: Sequence[HeldSpan], now: float, *, local_roots: Collection[str] = ()
     ) -> AddResult:
-        """Hold `spans` (with `payloads[i]` beside `spans[i]`, when given).
-
-        A span counts as the trace's root when it has no parent or its id is in
-        `local_roots` (in-process use: a span whose parent lives in another process).
+        """Hold `spans`. A span counts as the trace's root when it has no parent or its id
+        is in `local_roots` (in-process use: a span whose parent lives in another process).
         """
         result = AddResult()
         by_first, by_last, decided = self._by_first, self._by_last, self._decided
         limit = self.max_spans_per_trace
-        for i, span in enumerate(spans):
+        for item in spans:
+            span = item.span
             trace_id = span.trace_id
             trace = by_first.get(trace_id)
             if trace is None:
                 if trace_id in decided:
-                    result.late.append((span, payloads[i] if payloads else None))
+                    result.late.append(item)
                     continue
                 trace = _Pending(trace_id, now, now)
                 by_first[trace_id] = trace
@@ -114,9 +103,7 @@ class Assembly:
             elif len(trace.spans) >= limit:
                 result.over_trace_limit += 1
                 continue
-            trace.spans[span.span_id] = span
-            if payloads:
-                trace.payloads.append(payloads[i])
+            trace.spans[span.span_id] = item
             if span.parent_span_id is None or span.span_id in local_roots:
                 trace.has_root = True
             trace.last = now
@@ -156,6 +143,15 @@ class Assembly:
         """Every held trace, now (shutdown, force_flush)."""
         return [self._decide(trace_id, "flush") for trace_id in list(self._by_first)]
 
+    def remember(self, trace_ids: Iterable[str]) -> None:
+        """Count these traces as decided already (judged before a restart, say): their
+        stragglers come back as late instead of being judged again."""
+        decided = self._decided
+        for trace_id in trace_ids:
+            decided[trace_id] = None
+            if len(decided) > self.decided_memory:
+                decided.popitem(last=False)
+
     def next_deadline(self) -> float | None:
         """The earliest time at which `due` could return something, if anything is held."""
         deadlines = []
@@ -173,4 +169,4 @@ class Assembly:
         decided[trace_id] = None
         if len(decided) > self.decided_memory:
             decided.popitem(last=False)
-        return DueTrace(trace_id, list(trace.spans.values()), trace.payloads, reason)
+        return DueTrace(trace_id, list(trace.spans.values()), reason)

@@ -1,7 +1,7 @@
 """`spanbudget collect`: the live budget collector on one listener (DESIGN §7).
 
-The composition root of `collector.live`: settings, store, metrics, forwarder, pipeline,
-the HTTP app under uvicorn, and signals (SIGHUP reloads the budget, SIGINT/SIGTERM stop).
+The composition root of `collector.live`: settings, store, metrics, forwarder, alerts,
+the pipeline, the HTTP app, and signals (SIGHUP reloads the budget, SIGINT/SIGTERM stop).
 """
 
 from __future__ import annotations
@@ -130,6 +130,7 @@ def run(settings: Any) -> int:
     from spanbudget.collector.alerts.wiring import build_alerting
     from spanbudget.collector.budget_file import BudgetError, load_budget
     from spanbudget.collector.budget_source import find_budget
+    from spanbudget.collector.live.alerting import AlertsSink
     from spanbudget.collector.live.api import create_app
     from spanbudget.collector.live.forward import Forwarder
     from spanbudget.collector.live.metrics import CollectorMetrics
@@ -174,18 +175,15 @@ def run(settings: Any) -> int:
         metrics=metrics,
         store=store,
         forwarder=forwarder,
-        listeners=[alerting.engine],
+        sinks=[AlertsSink(alerting.engine)],
     )
     pipeline.start()
     alerting.start()
 
-    def reload_all() -> None:
-        if pipeline.reload_budget(source.path):
-            alerting.engine.set_budget(pipeline.budget)
-
     def reload(_signum: int, _frame: object) -> None:
         # Off the signal frame: loading YAML there could interrupt the event loop mid-step.
-        threading.Thread(target=reload_all, daemon=True).start()
+        # The pipeline's core owns the budget; the alert engine follows it.
+        threading.Thread(target=pipeline.reload_budget, args=(source.path,), daemon=True).start()
 
     signal.signal(signal.SIGHUP, reload)
     log.info(

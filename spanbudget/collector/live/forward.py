@@ -1,7 +1,9 @@
 """Forwarding spans downstream over OTLP http/protobuf, annotated with their budget results.
 
-A bounded queue off the intake path and one sender thread; retries with backoff on 429,
-5xx and connection errors; everything given up on is counted, never raised.
+`Forwarder` is a sink of the judging core: every span it held goes on as it arrived, the
+spans of judged traces with DESIGN §7's `budget.*` attributes added. A bounded queue off
+the worker thread and one sender thread; retries with backoff on 429, 5xx and connection
+errors; everything given up on is counted, never raised.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from typing import Any
 import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from spanbudget.collector.live.intake import Origin
+from spanbudget.collector.evaluate import Judged
+from spanbudget.collector.live.held import HeldSpan
 from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.settings import CollectorSettings
+from spanbudget.collector.live.sinks import Decisions
 from spanbudget.collector.semconv import (
     BUDGET_BLAME,
     BUDGET_NAME,
@@ -28,7 +32,6 @@ from spanbudget.collector.semconv import (
     BUDGET_STATUS,
     BUDGET_TTFT_MS,
 )
-from spanbudget.collector.verdict import Verdict
 
 __all__ = ["Forwarder", "annotate", "build_request"]
 
@@ -36,14 +39,16 @@ log = logging.getLogger(__name__)
 SINK = "otlp"
 _RETRYABLE = frozenset({429, 500, 502, 503, 504})
 
-Item = tuple[Origin, Any]
 
-
-def annotate(items: Sequence[Item], verdict: Verdict) -> None:
-    """Add DESIGN §7's `budget.*` attributes to a judged trace's protobuf spans, in place."""
-    stages = {bytes.fromhex(k): v for k, v in verdict.span_stages.items()}
-    root = bytes.fromhex(verdict.root_span_id) if verdict.root_span_id else b""
-    for _, span in items:
+def annotate(spans: Sequence[HeldSpan], judged: Judged) -> None:
+    """Add DESIGN §7's `budget.*` attributes to a judged trace's OTLP originals, in place."""
+    verdict = judged.verdict
+    stages = {bytes.fromhex(k): v for k, v in judged.span_stages.items()}
+    root = bytes.fromhex(judged.root_span_id)
+    for held in spans:
+        span = held.proto
+        if span is None:
+            continue
         span_id = span.span_id
         stage = stages.get(span_id)
         attributes = span.attributes
@@ -66,13 +71,15 @@ def _put(attributes: Any, key: str) -> Any:
     return kv.value
 
 
-def build_request(items: Sequence[Item]) -> ExportTraceServiceRequest:
-    """One export request, spans grouped under their original resource and scope."""
+def build_request(spans: Sequence[HeldSpan]) -> ExportTraceServiceRequest:
+    """One export request of OTLP originals, grouped under their resource and scope."""
     request = ExportTraceServiceRequest()
     resources: dict[tuple[bytes, str], Any] = {}
     scopes: dict[tuple[bytes, str, bytes, str], Any] = {}
     keys: dict[int, tuple[bytes, str, bytes, str]] = {}
-    for origin, span in items:
+    for held in spans:
+        origin = held.origin
+        assert origin is not None  # the forwarder queues OTLP originals only
         key = keys.get(id(origin))
         if key is None:
             key = (
@@ -94,17 +101,20 @@ def build_request(items: Sequence[Item]) -> ExportTraceServiceRequest:
             scope_spans.scope.CopyFrom(origin.scope)
             scope_spans.schema_url = origin.scope_schema_url
             scopes[key] = scope_spans
-        scope_spans.spans.append(span)
+        scope_spans.spans.append(held.proto)
     return request
 
 
 class Forwarder:
-    """Sends queued spans to one OTLP/HTTP traces URL from a background thread.
+    """Sends every held span to one OTLP/HTTP traces URL from a background thread.
 
-    `submit` never blocks: spans beyond `max_queue_spans` are dropped and counted. A batch
-    is retried (exponential backoff with jitter, `Retry-After` honoured) until it is
-    delivered, refused with a non-retryable status, or `max_elapsed` passes.
+    `consume` (and `submit`) never block: spans beyond `max_queue_spans` are dropped and
+    counted. A batch is retried (exponential backoff with jitter, `Retry-After` honoured)
+    until it is delivered, refused with a non-retryable status, or `max_elapsed` passes.
+    `close` keeps sending for up to `drain_seconds`, then drops (and counts) the rest.
     """
+
+    name = SINK
 
     @classmethod
     def from_settings(
@@ -123,6 +133,7 @@ class Forwarder:
             backoff=settings.forward_backoff_seconds,
             backoff_max=settings.forward_backoff_max_seconds,
             max_elapsed=settings.forward_max_elapsed_seconds,
+            drain_seconds=settings.shutdown_drain_seconds,
         )
 
     def __init__(
@@ -136,6 +147,7 @@ class Forwarder:
         backoff: float,
         backoff_max: float,
         max_elapsed: float,
+        drain_seconds: float = 5.0,
         client: httpx.Client | None = None,
     ) -> None:
         self.url = url
@@ -145,15 +157,26 @@ class Forwarder:
         self.backoff = backoff
         self.backoff_max = backoff_max
         self.max_elapsed = max_elapsed
+        self.drain_seconds = drain_seconds
         self._client = client or httpx.Client(timeout=timeout)
-        self._queue: deque[Item] = deque()
+        self._queue: deque[HeldSpan] = deque()
         self._cond = threading.Condition()
         self._closing = False
         self._deadline = float("inf")
         self._thread = threading.Thread(target=self._run, name="spanbudget-forward", daemon=True)
         self._thread.start()
 
-    def submit(self, items: Sequence[Item]) -> None:
+    def consume(self, decisions: Decisions) -> None:
+        """Queue every span of the step: judged traces' annotated, the rest as they came."""
+        spans: list[HeldSpan] = []
+        for trace in decisions.traces:
+            if trace.judged is not None:
+                annotate(trace.spans, trace.judged)
+            spans += trace.spans
+        spans += decisions.late
+        self.submit([held for held in spans if held.proto is not None])
+
+    def submit(self, items: Sequence[HeldSpan]) -> None:
         if not items:
             return
         with self._cond:
@@ -168,8 +191,9 @@ class Forwarder:
         with self._cond:
             return len(self._queue)
 
-    def close(self, drain_seconds: float) -> None:
+    def close(self) -> None:
         """Stop taking spans, keep sending for up to `drain_seconds`, drop (count) the rest."""
+        drain_seconds = self.drain_seconds
         with self._cond:
             self._closing = True
             self._deadline = time.monotonic() + drain_seconds
@@ -197,7 +221,7 @@ class Forwarder:
                 log.exception("forwarding a batch of %d spans failed", len(batch))
                 self.metrics.forward_dropped.labels("rejected").inc(len(batch))
 
-    def _deliver(self, batch: list[Item]) -> None:
+    def _deliver(self, batch: list[HeldSpan]) -> None:
         body = build_request(batch).SerializeToString()
         started = time.monotonic()
         attempt = 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass
-from typing import Any
 
 from google.protobuf import json_format
 from google.rpc import status_pb2
@@ -17,6 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from spanbudget.collector.live.held import HeldSpan, Origin
 from spanbudget.collector.readers import (
     TraceReadError,
     request_from_json,
@@ -28,7 +28,6 @@ from spanbudget.collector.spans import Span
 __all__ = [
     "Batch",
     "IntakeError",
-    "Origin",
     "decode_export",
     "encode_response",
     "encode_status",
@@ -51,25 +50,11 @@ class IntakeError(Exception):
 
 
 @dataclass(slots=True)
-class Origin:
-    """The resource and scope a span came with, kept to forward it as it arrived."""
-
-    resource: Any  # opentelemetry.proto.resource.v1.Resource
-    resource_schema_url: str
-    scope: Any  # opentelemetry.proto.common.v1.InstrumentationScope
-    scope_schema_url: str
-
-
-@dataclass(slots=True)
 class Batch:
-    """One accepted request: spans for the evaluator and, when forwarding, their originals.
+    """One accepted request: each span with its OTLP original. `rejected` spans were
+    refused at intake (too large) and are reported as partial success."""
 
-    `protos[i]` is `(origin, protobuf span)` of `spans[i]`; empty when nothing forwards.
-    `rejected` spans were refused at intake (too large) and are reported as partial success.
-    """
-
-    spans: list[Span]
-    protos: list[tuple[Origin, Any]]
+    spans: list[HeldSpan]
     rejected: int = 0
 
 
@@ -84,7 +69,6 @@ def decode_export(
     content_encoding: str | None,
     max_body_bytes: int,
     max_span_bytes: int,
-    keep_protos: bool,
 ) -> Batch:
     """Decode one `POST /v1/traces` body into a batch, or raise `IntakeError` (4xx)."""
     media = (content_type or "").split(";", 1)[0].strip().lower()
@@ -109,7 +93,7 @@ def decode_export(
         raise IntakeError(400, "malformed", str(exc)) from None
     if rejected and not spans:
         raise IntakeError(400, "span_too_large", f"every span is over {max_span_bytes} bytes")
-    return Batch(spans, _originals(request) if keep_protos else [], rejected)
+    return Batch(_held(request, spans), rejected)
 
 
 def gunzip_bounded(body: bytes, limit: int) -> bytes:
@@ -156,9 +140,10 @@ def _drop_oversized(request: ExportTraceServiceRequest, max_span_bytes: int) -> 
     return dropped
 
 
-def _originals(request: ExportTraceServiceRequest) -> list[tuple[Origin, Any]]:
-    """Each span with its origin, in the order `spans_from_otlp` returns them."""
-    out: list[tuple[Origin, Any]] = []
+def _held(request: ExportTraceServiceRequest, spans: list[Span]) -> list[HeldSpan]:
+    """Each span with its original and origin (`spans_from_otlp` keeps the request's order)."""
+    out: list[HeldSpan] = []
+    converted = iter(spans)
     for resource_spans in request.resource_spans:
         for scope_spans in resource_spans.scope_spans:
             origin = Origin(
@@ -167,7 +152,7 @@ def _originals(request: ExportTraceServiceRequest) -> list[tuple[Origin, Any]]:
                 scope_spans.scope,
                 scope_spans.schema_url,
             )
-            out.extend((origin, span) for span in scope_spans.spans)
+            out.extend(HeldSpan(next(converted), proto, origin) for proto in scope_spans.spans)
     return out
 
 

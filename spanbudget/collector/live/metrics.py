@@ -1,4 +1,5 @@
-"""Prometheus metrics of the collector (DESIGN §7), on an injected `CollectorRegistry`.
+"""Prometheus metrics of the collector (DESIGN §7), on an injected `CollectorRegistry`, and
+`MetricsSink`, the judging core's sink that observes every verdict in them.
 
 Histograms use budget-aware buckets and carry trace-id exemplars (shown in OpenMetrics).
 """
@@ -11,9 +12,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
+from spanbudget.collector.live.sinks import Decisions
 from spanbudget.collector.verdict import Status, Verdict
 
-__all__ = ["BUDGET_BUCKETS_SECONDS", "CollectorMetrics", "render"]
+__all__ = ["BUDGET_BUCKETS_SECONDS", "CollectorMetrics", "MetricsSink", "render"]
 
 
 def _buckets() -> tuple[float, ...]:
@@ -146,6 +148,22 @@ class CollectorMetrics:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child
+
+
+class MetricsSink:
+    """Each judged verdict into the stage and TTFT histograms and the trace counters."""
+
+    name = "metrics"
+
+    def __init__(self, metrics: CollectorMetrics) -> None:
+        self.metrics = metrics
+
+    def consume(self, decisions: Decisions) -> None:
+        for verdict in decisions.verdicts():
+            self.metrics.observe(verdict)
+
+    def close(self) -> None:
+        return None
 
 
 def render(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:

@@ -1,25 +1,27 @@
 """`BudgetSpanProcessor`: the collector's verdicts inside any process, as an OTel SDK processor.
 
-Add it to your own `TracerProvider`; ended spans are grouped by trace, decided with the
-same tail-based rules as the collector, judged, and each verdict is handed to a callback.
+Add it to your own `TracerProvider`; ended spans go to the same judging core as the
+collector's (tail-based assembly, the evaluator, one worker thread), and each verdict is
+handed to a callback.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.trace import StatusCode
+from prometheus_client import CollectorRegistry
 
 from spanbudget.collector.budget import Budget
-from spanbudget.collector.evaluate import Evaluator
-from spanbudget.collector.live.assembly import Assembly, DueTrace
+from spanbudget.collector.live.assembly import Assembly
+from spanbudget.collector.live.core import JudgingCore
+from spanbudget.collector.live.held import HeldSpan
+from spanbudget.collector.live.metrics import CollectorMetrics
+from spanbudget.collector.live.sinks import Decisions
 from spanbudget.collector.spans import Span, SpanKind
 from spanbudget.collector.verdict import Verdict
 from spanbudget.semconv import SERVICE_NAME
@@ -51,6 +53,32 @@ def span_from_sdk(span: ReadableSpan) -> Span:
     )
 
 
+class CallbackSink:
+    """Hands each verdict, and each skipped trace's id, to the processor's callbacks; an
+    exception from one is logged and the next verdict still goes out."""
+
+    name = "callback"
+
+    def __init__(
+        self, on_verdict: Callable[[Verdict], None], on_skipped: Callable[[str], None] | None
+    ) -> None:
+        self.on_verdict = on_verdict
+        self.on_skipped = on_skipped
+
+    def consume(self, decisions: Decisions) -> None:
+        for trace in decisions.traces:
+            try:
+                if trace.judged is not None:
+                    self.on_verdict(trace.judged.verdict)
+                elif trace.skipped and self.on_skipped is not None:
+                    self.on_skipped(trace.trace_id)
+            except Exception:
+                log.exception("budget processor: a callback failed on trace %s", trace.trace_id)
+
+    def close(self) -> None:
+        return None
+
+
 class BudgetSpanProcessor(SpanProcessor):
     """Judges this process's traces against `budget` and calls `on_verdict` with each verdict.
 
@@ -58,7 +86,9 @@ class BudgetSpanProcessor(SpanProcessor):
     parent is remote) and `decision_wait` seconds passed with no new span, or when it is
     `max_age` seconds old. Skipped traces (no stage matched) go to `on_skipped`, if given.
     Callbacks run on the processor's own thread; their exceptions are logged. Bounded like
-    the collector: `max_traces` held (oldest dropped first), `max_spans_per_trace` each.
+    the collector: `max_traces` held (the oldest dropped unjudged first),
+    `max_spans_per_trace` each, and `max_queue_spans` ended spans waiting for the thread
+    (more are dropped). `metrics` counts them, on a registry of the processor's own.
     """
 
     def __init__(
@@ -71,77 +101,47 @@ class BudgetSpanProcessor(SpanProcessor):
         max_age: float = 30.0,
         max_traces: int = 10_000,
         max_spans_per_trace: int = 1_000,
+        max_queue_spans: int = 50_000,
     ) -> None:
-        self._evaluator = Evaluator(budget)
-        self._on_verdict = on_verdict
-        self._on_skipped = on_skipped
-        self._assembly = Assembly(
+        self.metrics = CollectorMetrics(CollectorRegistry())
+        assembly = Assembly(
             decision_wait=decision_wait,
             max_age=max_age,
             max_traces=max_traces,
             max_spans_per_trace=max_spans_per_trace,
             decided_memory=max_traces * 4,
         )
-        self._lock = threading.Condition()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="budget-processor", daemon=True)
-        self._thread.start()
+        self._core = JudgingCore(
+            budget,
+            [CallbackSink(on_verdict, on_skipped)],
+            assembly=assembly,
+            metrics=self.metrics,
+            max_queue_spans=max_queue_spans,
+            thread_name="budget-processor",
+        )
+        self._core.start()
 
     def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self._stopped or span.context is None:
+        if span.context is None:
             return
         converted = span_from_sdk(span)
         local_root = span.parent is not None and span.parent.is_remote
-        with self._lock:
-            self._assembly.add(
-                [converted],
-                None,
-                time.monotonic(),
-                local_roots=(converted.span_id,) if local_root else (),
-            )
-            # Only a root can make a trace due sooner than the thread's next wake-up.
-            if converted.parent_span_id is None or local_root:
-                self._lock.notify()
+        # Only a root can make a trace due sooner than the worker's next wake-up.
+        if not self._core.offer(
+            [HeldSpan(converted)],
+            local_roots=(converted.span_id,) if local_root else (),
+            wake=converted.parent_span_id is None or local_root,
+        ):
+            self.metrics.spans_rejected.labels("queue_full").inc()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Judge every held trace now."""
-        with self._lock:
-            due = self._assembly.flush()
-        self._judge(due)
-        return True
+        """Judge every held trace now, on the processor's thread (the callbacks run there);
+        False when that took longer than `timeout_millis`."""
+        return self._core.flush(timeout_millis / 1000)
 
     def shutdown(self) -> None:
-        with self._lock:
-            self._stopped = True
-            self._lock.notify()
-        self._thread.join()
-        self.force_flush()
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                if self._stopped:
-                    return
-                deadline = self._assembly.next_deadline()
-                timeout = 1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
-                if timeout > 0:
-                    self._lock.wait(min(timeout, 1.0))
-                due = self._assembly.due(time.monotonic())
-            self._judge(due)
-
-    def _judge(self, due: list[DueTrace]) -> None:
-        if not due:
-            return
-        evaluated_at = datetime.now(UTC)
-        for trace in due:
-            try:
-                verdict = self._evaluator.evaluate(trace.spans, evaluated_at=evaluated_at)
-                if verdict is not None:
-                    self._on_verdict(verdict)
-                elif self._on_skipped is not None:
-                    self._on_skipped(trace.trace_id)
-            except Exception:
-                log.exception("budget processor: trace %s failed", trace.trace_id)
+        """Judge every held trace, then stop the processor's thread."""
+        self._core.close()

@@ -1,4 +1,5 @@
-"""The verdict store: SQLite in WAL mode, retention by age and count, exact summaries.
+"""The verdict store: SQLite in WAL mode, retention by age and count, exact summaries;
+and `StoreSink`, the judging core's sink that writes into it.
 
 One writer (the collector's worker) and any number of readers (the API); a restart keeps
 every verdict within retention.
@@ -9,15 +10,17 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from spanbudget.collector.live.sinks import Decisions
 from spanbudget.collector.semconv import LOADTEST_RUN_ID
-from spanbudget.collector.stats import PERCENTILES, percentile
+from spanbudget.collector.stats import StageSummary
 from spanbudget.collector.verdict import Status, Verdict
 
-__all__ = ["VerdictStore"]
+__all__ = ["StoreSink", "VerdictStore"]
 
 
 _SCHEMA = """
@@ -83,8 +86,7 @@ class VerdictStore:
     def write(self, verdicts: Sequence[tuple[Verdict, int]]) -> list[Verdict]:
         """Store `(verdict, span count)` pairs in one transaction; return the new ones.
 
-        A trace id already stored is left as it is (a trace is judged once), so callers can
-        notify listeners of the returned verdicts only and never repeat an alert.
+        A trace id already stored is left as it is: a trace is judged once.
         """
         if not verdicts:
             return []
@@ -144,6 +146,13 @@ class VerdictStore:
             "UPDATE verdicts SET late_spans = late_spans + ? WHERE trace_id = ?",
             [(n, trace_id) for trace_id, n in counts.items()],
         )
+
+    def recent_trace_ids(self, limit: int) -> list[str]:
+        """The `limit` most recently stored trace ids, oldest first."""
+        rows = self._writer.execute(
+            "SELECT trace_id FROM verdicts ORDER BY seq DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [row[0] for row in reversed(rows)]
 
     def prune(self, now: float) -> int:
         """Apply retention: drop verdicts older than the age limit and beyond the count."""
@@ -226,19 +235,20 @@ class VerdictStore:
                 + " ORDER BY s.rowid",
                 params,
             ).fetchall()
-        stages: dict[str, list[tuple[float, bool]]] = {}
+        stages: dict[str, list[tuple[float | None, Status]]] = {}
         for name, ms, stage_status in stage_rows:
-            values = stages.setdefault(name, [])
-            if ms is not None:
-                values.append((ms, stage_status == Status.OVERRUN.value))
-        ttft_over = [(ms, status == Status.OVERRUN.value) for ms, status in ttfts if ms is not None]
+            stages.setdefault(name, []).append((ms, Status(stage_status)))
         counts = {status.value: 0 for status in Status if status.severity or status is Status.OK}
         counts.update(dict(statuses))
+        ttft = StageSummary.of((ms, Status(status)) for ms, status in ttfts)
         return {
             "traces": sum(n for _, n in statuses),
             "status_counts": counts,
-            "ttft": _describe(ttft_over),
-            "stages": [{"name": name, **_describe(values)} for name, values in stages.items()],
+            "ttft": ttft.to_dict(),
+            "stages": [
+                {"name": name, **StageSummary.of(results).to_dict()}
+                for name, results in stages.items()
+            ],
             "percentile_method": "linear interpolation between closest ranks (numpy default)",
         }
 
@@ -255,25 +265,6 @@ def _filters(since: float | None, run_id: str | None) -> tuple[list[str], list[A
     return where, params
 
 
-def _describe(values: list[tuple[float, bool]]) -> dict[str, Any]:
-    """Percentiles of measured values and the share of them over their limit."""
-    ms = sorted(v for v, _ in values)
-    if not ms:
-        return {
-            "count": 0,
-            **{f"p{p}_ms": None for p in PERCENTILES},
-            "max_ms": None,
-            "over_limit_share": None,
-        }
-    over = sum(1 for _, is_over in values if is_over)
-    return {
-        "count": len(ms),
-        **{f"p{p}_ms": percentile(ms, p) for p in PERCENTILES},
-        "max_ms": ms[-1],
-        "over_limit_share": over / len(ms),
-    }
-
-
 def _served(row: tuple[str, int, int]) -> dict[str, Any]:
     body: dict[str, Any] = json.loads(row[0])
     body["spans"] = row[1]
@@ -284,3 +275,43 @@ def _served(row: tuple[str, int, int]) -> dict[str, Any]:
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+class StoreSink:
+    """The verdict store as a sink of the judging core: judged verdicts are written (with
+    their span counts), late spans counted against their stored trace, and retention
+    applied once a minute. Closing the sink closes the store."""
+
+    name = "store"
+
+    def __init__(
+        self,
+        store: VerdictStore,
+        *,
+        prune_every_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.prune_every_s = prune_every_s
+        self._clock = clock
+        self._last_prune = -prune_every_s
+
+    def consume(self, decisions: Decisions) -> None:
+        judged = [
+            (trace.judged.verdict, len(trace.spans))
+            for trace in decisions.traces
+            if trace.judged is not None
+        ]
+        self.store.write(judged)
+        if decisions.late:
+            late: dict[str, int] = {}
+            for held in decisions.late:
+                late[held.span.trace_id] = late.get(held.span.trace_id, 0) + 1
+            self.store.add_late(late)
+        now = self._clock()
+        if now - self._last_prune >= self.prune_every_s:
+            self._last_prune = now
+            self.store.prune(time.time())
+
+    def close(self) -> None:
+        self.store.close()
