@@ -153,9 +153,3 @@ class Budget:
 
     def stage_names(self) -> list[str]:
         return [stage.name for stage in self.stages]
-
-    def stage(self, name: str) -> Stage:
-        for stage in self.stages:
-            if stage.name == name:
-                return stage
-        raise KeyError(name)

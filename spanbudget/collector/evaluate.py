@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spanbudget.collector.attribution import Node, Tree, assemble, attribute_window
-from spanbudget.collector.budget import Budget, Stage, WhenAbsent
+from spanbudget.collector.budget import Budget, WhenAbsent
 from spanbudget.collector.semconv import FIRST_TOKEN_MARKS, LOADTEST_PREFIX
 from spanbudget.collector.spans import AttrValue, Span
 from spanbudget.collector.verdict import StageResult, Status, Verdict
@@ -179,7 +179,7 @@ class Evaluator:
             total_status=total_status,
             stages=tuple(results),
             unattributed_ms=rounded[-1],
-            blame=_blame(budget.stages, results, total_status),
+            blame=_blame(results, total_status),
             overrun_ms=overrun_ms,
             skew_adjusted_ms=_round_ms(tree.skew_ns),
             attributes=_carried_attributes(tree),
@@ -239,9 +239,7 @@ def _first_token(tree: Tree) -> int | None:
     return max(best[2], tree.root.start)
 
 
-def _blame(
-    stages: Sequence[Stage], results: Sequence[StageResult], total: Status
-) -> tuple[str, ...]:
+def _blame(results: Sequence[StageResult], total: Status) -> tuple[str, ...]:
     over_limit = [
         (r.ms - r.limit_ms, i, r.name)
         for i, r in enumerate(results)

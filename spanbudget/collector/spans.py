@@ -72,10 +72,6 @@ class Span:
     attributes: Mapping[str, AttrValue] = field(default_factory=dict)
     error: bool = False
 
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
-
 
 def group_by_trace(spans: Iterable[Span]) -> dict[str, list[Span]]:
     """Group spans by trace id, keeping first-seen order of traces and spans."""
