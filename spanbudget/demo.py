@@ -22,6 +22,7 @@ from rich.markup import escape
 
 from spanbudget.collector.budget_file import BudgetError, load_budget
 from spanbudget.collector.budget_source import find_budget
+from spanbudget.collector.loadtest.report_model import Report
 from spanbudget.collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, new_run_id
 from spanbudget.collector.loadtest.schedule import Arrival, Phase
 from spanbudget.collector.loadtest.telemetry import loadtest_tracer_provider
@@ -84,19 +85,19 @@ def _ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: C
         raise ChildFailed(f"ingest failed with code {code}:\n{child.log_tail()}")
 
 
-def what_to_look_at(report: dict[str, Any]) -> str:
+def what_to_look_at(report: Report | None) -> str:
     """Point at the stages whose p95 went over their limit, phase by phase."""
-    if not report:
+    if report is None:
         return "the logs under the data dir: the run did not finish."
-    limits = {stage["name"]: stage["limit_ms"] for stage in report["stages"]}
+    limits = {stage.name: stage.limit_ms for stage in report.stages}
     notes = []
-    for phase in report["phases"]:
+    for phase in report.phases:
         over = [
             f"{name} p95 {p95:.0f} ms > {limits[name]:g}"
-            for name, p95 in phase["stage_p95_ms"].items()
+            for name, p95 in phase.stage_p95_ms.items()
             if p95 is not None and p95 > limits[name]
         ]
-        notes.append(f"{phase['name']}: " + (", ".join(over) if over else "every stage within"))
+        notes.append(f"{phase.name}: " + (", ".join(over) if over else "every stage within"))
     return (
         "; ".join(notes)
         + ". The blame column of the slowest traces names the stage that ate the budget."
@@ -198,7 +199,7 @@ def run_demo(settings: DemoSettings, console: Console) -> int:
         )
         # The demo's own collector, whatever OTLP variables the shell has: it joins from there.
         provider = loadtest_tracer_provider(collector_url, env={})
-        report: dict[str, Any] = {}
+        report: Report | None = None
         try:
             # The burst is meant to break the budget: a finished run is a successful demo.
             report, _ = test.run(provider, console)

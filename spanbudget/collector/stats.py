@@ -10,7 +10,7 @@ from typing import Any
 
 from spanbudget.collector.verdict import Status
 
-__all__ = ["PERCENTILES", "StageSummary", "percentile", "percentiles"]
+__all__ = ["PERCENTILES", "StageSummary", "percentile"]
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -33,16 +33,6 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     a, b = sorted_values[low], sorted_values[high]
     diff = b - a
     return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
-
-
-def percentiles(values: Sequence[float]) -> dict[str, float] | None:
-    """p50, p90, p95, p99 and max of unsorted values, or None when there are none."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    result = {f"p{q}": percentile(ordered, q) for q in PERCENTILES}
-    result["max"] = ordered[-1]
-    return result
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from spanbudget.collector.loadtest.report import build_report
 from spanbudget.terminal import HELP_WIDTH, make_console, print_wide
 from spanbudget.testing.otlp import to_otlp_json
 from spanbudget.testing.traces import rag_trace
-from tests.loadtest.test_report import INFO, make_rows
+from tests.loadtest.test_report import INFO, make_results
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,7 @@ def test_check_table_keeps_every_number_whole_off_a_terminal(tmp_path: Path) -> 
 
 def test_load_test_report_keeps_every_column_off_a_terminal() -> None:
     budget = load_budget(REPO / "budget.yaml").budget
-    report = build_report(make_rows(budget), budget, INFO)
+    report = build_report(make_results(budget), budget, INFO)
     out = io.StringIO()
     console = Console(file=out, soft_wrap=True, width=10_000)  # as make_console() off a tty
     render_terminal(report, console)
@@ -57,8 +57,9 @@ def test_load_test_report_keeps_every_column_off_a_terminal() -> None:
     assert "…" not in text
     for column in ("target", "limit", "p50", "p90", "p95", "p99", "max", ">limit"):
         assert column in text
-    for stage in report["stages"]:
-        assert f"{stage['ms']['p99']:.1f}" in text
+    for stage in report.stages:
+        assert f"{stage.summary.p99_ms:.1f}" in text
+        assert f"{stage.summary.over_limit_share:.1%}" in text
 
 
 def test_a_table_wider_than_the_terminal_is_printed_whole() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -10,7 +11,7 @@ from spanbudget.cli import app
 from spanbudget.collector.budget_file import load_budget
 from spanbudget.collector.loadtest.report import build_report
 from spanbudget.demo import what_to_look_at
-from tests.loadtest.test_report import INFO, make_rows
+from tests.loadtest.test_report import INFO, make_results
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,13 +39,14 @@ def test_demo_with_a_bad_duration_exits_2(tmp_path: Path) -> None:
 
 
 def test_what_to_look_at_reads_the_report_the_load_test_writes() -> None:
-    """The hint reads keys of report.json: a renamed key must fail here, not after a run."""
+    """The hint reads the report the load test writes: a renamed field fails here."""
     budget = load_budget(REPO / "budget.yaml").budget
-    report = build_report(make_rows(budget), budget, INFO)
-    burst = next(p for p in report["phases"] if p["name"] == "burst")
-    burst["stage_p95_ms"]["retrieval"] = 61.0  # over its 40 ms limit
-    said = what_to_look_at(report)
+    report = build_report(make_results(budget), budget, INFO)
+    nominal, burst = report.phases
+    assert burst.name == "burst"
+    burst = replace(burst, stage_p95_ms={**burst.stage_p95_ms, "retrieval": 61.0})  # over 40
+    said = what_to_look_at(replace(report, phases=(nominal, burst)))
     assert said.startswith("nominal: ")
     assert "; burst: " in said
     assert "retrieval p95 61 ms > 40" in said
-    assert what_to_look_at({}).startswith("the logs")
+    assert what_to_look_at(None).startswith("the logs")

@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
-from spanbudget.collector.loadtest.files import read_rows
+from spanbudget.collector.loadtest.files import read_results
 from spanbudget.processes import Child, Supervisor
 from spanbudget.testing.servers import free_port
 
@@ -145,27 +145,31 @@ def test_small_load_test_joins_a_verdict_to_every_request(stack: Stack, tmp_path
     )
     assert result.returncode in (0, 1), result.stdout + result.stderr
     report = json.loads((out / "report.json").read_text())
-    rows = read_rows(out / "requests.csv")
-    assert report["requests"] == len(rows) == 20
-    assert report["errors"] == 0, [r["error"] for r in rows if r["error"]]
+    results = read_results(out / "requests.csv")
+    assert report["requests"] == len(results) == 20
+    assert report["errors"] == 0, [r.request.error for r in results if r.request.error]
     assert report["verdicts"]["missing"] == 0
-    assert all(r["verdict_status"] for r in rows)
+    verdicts = [r.verdict for r in results if r.verdict is not None]
+    assert len(verdicts) == 20
     # Every stage of the reference path showed up, and the numbers recompute from the CSV.
     for stage in report["stages"]:
-        values = [r[f"{stage['name']}_ms"] for r in rows if r[f"{stage['name']}_ms"] is not None]
+        values = [ms for v in verdicts if (ms := v.stages[stage["name"]].ms) is not None]
         if stage["name"] == "network":
             assert stage["count"] == 20
         assert len(values) == stage["count"]
         if values:
             for q in (50, 90, 95, 99):
-                assert stage["ms"][f"p{q}"] == pytest.approx(float(np.percentile(values, q)))
-            assert stage["ms"]["max"] == max(values)
+                assert stage[f"p{q}_ms"] == pytest.approx(float(np.percentile(values, q)))
+            assert stage["max_ms"] == max(values)
     by_name = {s["name"]: s for s in report["stages"]}
-    assert by_name["retrieval"]["ms"]["p50"] > 0
-    assert by_name["prefill"]["ms"]["p50"] > 0
+    assert by_name["retrieval"]["p50_ms"] > 0
+    assert by_name["prefill"]["p50_ms"] > 0
     # Client and trace agree on the time to first token within a few ms (network skew only).
-    for row in rows:
-        assert abs(row["ttft_ms"] - row["verdict_ttft_ms"]) < 5
+    for joined in results:
+        assert joined.verdict is not None
+        assert joined.request.ttft_ms is not None
+        assert joined.verdict.ttft_ms is not None
+        assert abs(joined.request.ttft_ms - joined.verdict.ttft_ms) < 5
     assert (out / "report.html").stat().st_size > 10_000
     again = subprocess.run(
         spanbudget("report", str(out)), capture_output=True, text=True, timeout=120, cwd=REPO

@@ -1,5 +1,7 @@
-"""The report: numbers recomputable from requests.csv, rendered again by `spanbudget report`,
-and a report.html whose charts really render in a browser."""
+"""The report: records that read back from requests.csv and report.json as they were
+written, numbers recomputable from the CSV and equal to the collector's /api/summary on the
+same verdicts, rendered again by `spanbudget report`, and a report.html whose charts really
+render in a browser."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -18,10 +19,19 @@ from spanbudget.cli import app
 from spanbudget.collector.budget import Budget
 from spanbudget.collector.budget_file import load_budget
 from spanbudget.collector.evaluate import Evaluator
+from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.loadtest.client import RequestRecord
-from spanbudget.collector.loadtest.files import read_rows, write_report_json, write_rows
+from spanbudget.collector.loadtest.files import (
+    read_report,
+    read_results,
+    write_report,
+    write_results,
+)
+from spanbudget.collector.loadtest.records import RequestResult, join
 from spanbudget.collector.loadtest.render_html import render_html
-from spanbudget.collector.loadtest.report import RunInfo, build_report, request_row, row_columns
+from spanbudget.collector.loadtest.report import build_report
+from spanbudget.collector.loadtest.report_model import RunInfo
+from spanbudget.collector.verdict import Status, Verdict
 from spanbudget.testing.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,14 +42,30 @@ def budget() -> Budget:
     return load_budget(REPO / "budget.yaml").budget
 
 
-def make_rows(budget: Budget, count: int = 60) -> list[dict[str, Any]]:
+def make_verdicts(budget: Budget, count: int = 60) -> list[Verdict]:
+    """Verdicts of the reference path: some over their limits, some server-only (network
+    unmeasured), some without a first token."""
     evaluator = Evaluator(budget)
-    rows = []
+    verdicts = []
     for i in range(count):
         trace_id = f"{i + 1:032x}"
-        spans = rag_trace(trace_id=trace_id, retrieval=i % 30, queue=(i * 7) % 60).spans
+        spans = rag_trace(
+            trace_id=trace_id,
+            retrieval=i % 30,
+            queue=(i * 7) % 60,
+            client_root=i % 9 != 4,
+            marks=i % 13 != 6,
+        ).spans
         verdict = evaluator.evaluate(spans, evaluated_at=datetime.now(UTC))
         assert verdict is not None
+        verdicts.append(verdict)
+    return verdicts
+
+
+def make_results(budget: Budget, count: int = 60) -> list[RequestResult]:
+    records = []
+    for i in range(count):
+        trace_id = f"{i + 1:032x}"
         record = RequestRecord(
             index=i,
             phase="nominal" if i < 40 else "burst",
@@ -55,44 +81,121 @@ def make_rows(budget: Budget, count: int = 60) -> list[dict[str, Any]]:
             output_tokens=32,
             trace_id=trace_id,
         )
-        # The last two never got a verdict (say, the collector dropped them).
-        rows.append(request_row(record, verdict.to_dict() if i < count - 2 else None))
-    return rows
+        records.append(record)
+    # The last two never got a verdict (say, the collector dropped them).
+    verdicts = {v.trace_id: v for v in make_verdicts(budget, count)[: count - 2]}
+    return join(records, verdicts)
 
 
 INFO = RunInfo("run-t", "http://127.0.0.1:8080", "m", "2026-12-02T12:00:00+00:00", 15.0, {})
 
 
-def test_stage_percentiles_recompute_from_the_csv(budget: Budget, tmp_path: Path) -> None:
-    rows = make_rows(budget)
-    write_rows(tmp_path / "requests.csv", row_columns(budget), rows)
-    report = build_report(rows, budget, INFO)
-    again = read_rows(tmp_path / "requests.csv")
-    assert build_report(again, budget, INFO) == report
-    for stage in report["stages"]:
-        values = [r[f"{stage['name']}_ms"] for r in again if r["verdict_status"]]
-        if stage["name"] == "network":
-            assert stage["ms"]["p50"] == float(np.percentile(values, 50))
-        for q in (50, 90, 95, 99):
-            assert stage["ms"][f"p{q}"] == pytest.approx(float(np.percentile(values, q)))
-        assert stage["ms"]["max"] == max(values)
-        over = sum(v > stage["limit_ms"] for v in values) / len(values)
-        assert stage["share_over_limit"] == pytest.approx(over)
-    assert report["verdicts"]["joined"] == 58
-    assert report["verdicts"]["missing"] == 2
-    good = sum(1 for r in again if r["verdict_status"] in ("ok", "warn"))
-    assert report["slo"]["within_limits"] == pytest.approx(good / 60)
-    assert report["goodput_rps"] == pytest.approx(good / 15.0)
-    assert report["slo"]["met"] is False
-    slowest = [s["ttft_ms"] for s in report["slowest"]]
+def test_requests_csv_reads_back_into_the_same_records(budget: Budget, tmp_path: Path) -> None:
+    results = make_results(budget)
+    path = tmp_path / "requests.csv"
+    write_results(path, budget.stage_names(), results)
+    again = read_results(path)
+    assert again == results
+    assert again[-1].verdict is None
+    assert {r.verdict.stages["network"].status for r in again if r.verdict} == {  # type: ignore[union-attr]
+        Status.OK,
+        Status.UNMEASURED,
+    }
+    text = path.read_text().splitlines()
+    assert text[0].split(",")[-6:] == [f"{s}_status" for s in budget.stage_names()] + ["blame"]
+    (path).write_text("\n".join([text[0].replace("prefill_status", "prefill_x"), *text[1:]]))
+    with pytest.raises(ValueError, match="not the columns"):
+        read_results(path)
+
+
+def test_report_json_reads_back_into_the_same_report(budget: Budget, tmp_path: Path) -> None:
+    info = RunInfo(
+        "run-t",
+        "http://gw",
+        "m",
+        "2026-12-02T12:00:00+00:00",
+        15.0123456,
+        {"seed": 1},
+        ui_url="http://bc:4318",
+        jaeger_ui="http://jaeger:16686",
+    )
+    report = build_report(make_results(budget), budget, info)
+    write_report(tmp_path / "report.json", report)
+    assert read_report(tmp_path / "report.json") == report
+    assert report.slowest[0].ui_url.startswith("http://bc:4318/#")
+
+
+def test_stage_figures_recompute_from_the_csv(budget: Budget, tmp_path: Path) -> None:
+    write_results(tmp_path / "requests.csv", budget.stage_names(), make_results(budget))
+    again = read_results(tmp_path / "requests.csv")
+    report = build_report(again, budget, INFO)
+    assert report == build_report(make_results(budget), budget, INFO)
+    timed = [
+        r.verdict
+        for r in again
+        if r.verdict is not None and r.verdict.status is not Status.INCOMPLETE
+    ]
+    assert len(timed) < 58  # some have no first token
+    for stage in report.stages:
+        results = [v.stages[stage.name] for v in timed if v.stages[stage.name].ms is not None]
+        values = [ms for ms, _ in results]
+        summary = stage.summary
+        assert summary.count == len(values)
+        if stage.name == "network":
+            assert summary.p50_ms == float(np.percentile(values, 50))
+            assert summary.count < len(timed)  # server-only traces leave it unmeasured
+        for q, got in zip(
+            (50, 90, 95, 99),
+            (summary.p50_ms, summary.p90_ms, summary.p95_ms, summary.p99_ms),
+            strict=True,
+        ):
+            assert got == pytest.approx(float(np.percentile(values, q)))
+        assert summary.max_ms == max(values)
+        over = sum(status is Status.OVERRUN for _, status in results) / len(values)
+        assert summary.over_limit_share == pytest.approx(over)
+        # Over the limit as the verdict says it is the time past the stage's limit.
+        assert over == pytest.approx(sum(v > stage.limit_ms for v in values) / len(values))
+    assert report.stages[2].summary.over_limit_share  # some retrieval went over
+    assert report.joined == 58
+    assert report.missing == 2
+    good = sum(
+        1 for r in again if r.verdict is not None and r.verdict.status.value in ("ok", "warn")
+    )
+    assert report.within_limits == pytest.approx(good / 60)
+    assert report.goodput_rps == pytest.approx(good / 15.0)
+    assert report.slo_met is False
+    slowest = [s.ttft_ms for s in report.slowest]
     assert slowest == sorted(slowest, reverse=True)
     assert len(slowest) == 5
 
 
+def test_the_report_and_the_api_summary_agree_on_the_same_verdicts(
+    budget: Budget, tmp_path: Path
+) -> None:
+    """One summary, one rule, one set of keys: a run's report.json and the collector's
+    /api/summary over the same verdicts give the same figures for every stage and TTFT."""
+    verdicts = make_verdicts(budget)
+    store = VerdictStore(tmp_path / "v.db", retention_seconds=86400, retention_count=1000)
+    store.write([(v, 11) for v in verdicts])
+    api = store.summary()
+    store.close()
+    records = [
+        RequestRecord(i, "main", i * 0.1, status_code=200, trace_id=v.trace_id)
+        for i, v in enumerate(verdicts)
+    ]
+    report = build_report(join(records, {v.trace_id: v for v in verdicts}), budget, INFO).to_dict()
+    assert [s["name"] for s in report["stages"]] == [s["name"] for s in api["stages"]]
+    for ours, theirs in zip(report["stages"], api["stages"], strict=True):
+        assert {key: ours[key] for key in theirs} == theirs
+        assert ours["count"] > 0
+    assert report["ttft"] == api["ttft"]
+    assert report["verdicts"]["by_status"] == {k: n for k, n in api["status_counts"].items() if n}
+
+
 def test_report_command_renders_from_files(budget: Budget, tmp_path: Path) -> None:
-    rows = make_rows(budget)
-    write_rows(tmp_path / "requests.csv", row_columns(budget), rows)
-    write_report_json(tmp_path / "report.json", build_report(rows, budget, INFO))
+    results = make_results(budget)
+    write_results(tmp_path / "requests.csv", budget.stage_names(), results)
+    write_report(tmp_path / "report.json", build_report(results, budget, INFO))
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 1  # the objective was missed
     assert "BREACHED" in result.stdout
@@ -104,7 +207,7 @@ def test_report_command_renders_from_files(budget: Budget, tmp_path: Path) -> No
 
 def test_report_of_a_folder_that_is_not_a_run_exits_2(budget: Budget, tmp_path: Path) -> None:
     # Exit 1 would read as "objective breached"; a wrong folder is a usage error.
-    write_rows(tmp_path / "requests.csv", row_columns(budget), make_rows(budget, 5))
+    write_results(tmp_path / "requests.csv", budget.stage_names(), make_results(budget, 5))
     for document in ("{}", '{"slo": {"met": true}}', "[1, 2]"):
         (tmp_path / "report.json").write_text(document)
         result = CliRunner().invoke(app, ["report", str(tmp_path)])
@@ -116,10 +219,10 @@ def test_report_html_renders_in_chromium(
     budget: Budget, tmp_path: Path, debian_binary: Callable[[str], str]
 ) -> None:
     chromium = debian_binary("chromium")
-    rows = make_rows(budget)
-    report = build_report(rows, budget, INFO)
+    results = make_results(budget)
+    report = build_report(results, budget, INFO)
     page = tmp_path / "report.html"
-    page.write_text(render_html(report, rows))
+    page.write_text(render_html(report, results))
     shot = tmp_path / "shot.png"
     subprocess.run(
         [
@@ -152,25 +255,31 @@ def test_report_html_renders_in_chromium(
         abs(c[0] - 0x4E) < 12 and abs(c[1] - 0x79) < 12 and abs(c[2] - 0xA7) < 12
         for _, c in colours
     )
-    json.dumps(report)  # the report is plain JSON
+    json.dumps(report.to_dict())  # the report is plain JSON
 
 
 def test_incomplete_traces_stay_out_of_stage_statistics(budget: Budget) -> None:
     """With no first token the window is the whole request: its stage times are not TTFT."""
-    rows = make_rows(budget, count=20)
+    results = make_results(budget, count=20)
+    trace_id = f"{999:032x}"
     verdict = Evaluator(budget).evaluate(
-        rag_trace(trace_id=f"{999:032x}", marks=False).spans, evaluated_at=datetime.now(UTC)
+        rag_trace(trace_id=trace_id, marks=False).spans, evaluated_at=datetime.now(UTC)
     )
     assert verdict is not None
-    incomplete = request_row(RequestRecord(20, "burst", 5.0), verdict.to_dict())
-    assert incomplete["verdict_status"] == "incomplete"
-    assert incomplete["prefill_ms"] == 352.0  # the whole root span, decode included
-    report = build_report([*rows, incomplete], budget, INFO)
-    prefill = next(s for s in report["stages"] if s["name"] == "prefill")
-    assert prefill["count"] == 18  # the 18 joined complete traces of make_rows, not 19
-    assert prefill["ms"]["max"] < 352.0
-    assert report["verdicts"]["by_status"]["incomplete"] == 1
+    (incomplete,) = join([RequestRecord(20, "burst", 5.0, trace_id=trace_id)], {trace_id: verdict})
+    assert incomplete.verdict is not None
+    assert incomplete.verdict.status is Status.INCOMPLETE
+    assert incomplete.verdict.stages["prefill"].ms == 352.0  # the whole root span, decode included
+    report = build_report([*results, incomplete], budget, INFO)
+    prefill = next(s for s in report.stages if s.name == "prefill")
+    complete = sum(
+        1 for r in results if r.verdict is not None and r.verdict.status is not Status.INCOMPLETE
+    )
+    assert prefill.summary.count == complete  # the joined complete traces of make_results
+    assert prefill.summary.max_ms is not None
+    assert prefill.summary.max_ms < 352.0
+    assert report.by_status["incomplete"] == 2  # one of make_results, and this one
     # The per-phase and over-time p95s leave it out too: one rule for every stage statistic.
-    burst = next(p for p in report["phases"] if p["name"] == "burst")  # only the incomplete one
-    assert burst["stage_p95_ms"]["prefill"] is None
-    assert all((w["prefill"] or 0) < 352.0 for w in report["stage_p95_over_time"])
+    burst = next(p for p in report.phases if p.name == "burst")  # only the incomplete one
+    assert burst.stage_p95_ms["prefill"] is None
+    assert all((w.stage_p95_ms["prefill"] or 0) < 352.0 for w in report.stage_p95_over_time)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.loadtest.verdicts import wait_for_verdicts
 from spanbudget.testing.otlp import to_request
 from spanbudget.testing.traces import rag_trace
-from tests.collector.harness import running_collector
+from tests.collector.harness import BUDGET, running_collector
 
 PROTOBUF = "application/x-protobuf"
 
@@ -27,4 +29,8 @@ def test_a_run_larger_than_one_api_page_gets_every_verdict(tmp_path: Path) -> No
         assert collector.pipeline.wait_idle(60)
         found = wait_for_verdicts(collector.url, "run-1", trace_ids, timeout_s=5, poll_s=0.1)
     assert set(found) == set(trace_ids)
-    assert all(found[t]["trace_id"] == t for t in trace_ids)
+    expected = Evaluator(load_budget(BUDGET).budget).evaluate(
+        rag_trace(trace_id=trace_ids[0]).spans, evaluated_at=found[trace_ids[0]].evaluated_at
+    )
+    assert found[trace_ids[0]] == expected  # the served JSON, read back into the verdict
+    assert all(found[t].trace_id == t for t in trace_ids)

@@ -126,20 +126,22 @@ def report(
 
         spanbudget report runs/run-3f2a9c1e
     """
-    import json
-
-    from spanbudget.collector.loadtest.files import REPORT_JSON, REQUESTS_CSV, read_rows
+    from spanbudget.collector.loadtest.files import (
+        REPORT_JSON,
+        REQUESTS_CSV,
+        read_report,
+        read_results,
+    )
     from spanbudget.collector.loadtest.render_html import render_html
     from spanbudget.collector.loadtest.render_terminal import render_terminal
 
     try:
-        data = json.loads((run_dir / REPORT_JSON).read_text())
-        rows = read_rows(run_dir / REQUESTS_CSV)
-        met = bool(data["slo"]["met"])
-        page = render_html(data, rows)
-        render_terminal(data, make_console())
+        data = read_report(run_dir / REPORT_JSON)
+        results = read_results(run_dir / REQUESTS_CSV)
+        page = render_html(data, results)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         # Exit 1 means "breached": a folder that is not a run must not look like one.
         raise _fail(f"{run_dir}: not a load-test run folder ({exc!r})") from None
+    render_terminal(data, make_console())
     (run_dir / "report.html").write_text(page)
-    raise typer.Exit(0 if met else 1)
+    raise typer.Exit(0 if data.slo_met else 1)

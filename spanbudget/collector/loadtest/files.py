@@ -1,47 +1,177 @@
-"""A run's files: `requests.csv` (one row per request) and `report.json`."""
+"""A run's files, written from its records and read back into them: `requests.csv` (one row
+per request, its verdict's statuses and every stage's ms) and `report.json`."""
 
 from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-__all__ = ["REPORT_JSON", "REQUESTS_CSV", "read_rows", "write_report_json", "write_rows"]
+from spanbudget.collector.loadtest.client import RequestRecord
+from spanbudget.collector.loadtest.records import RequestResult, RequestVerdict, StageTime
+from spanbudget.collector.loadtest.report_model import Report
+from spanbudget.collector.verdict import Status
+
+__all__ = [
+    "REPORT_JSON",
+    "REQUESTS_CSV",
+    "read_report",
+    "read_results",
+    "write_report",
+    "write_results",
+]
 
 REQUESTS_CSV = "requests.csv"
 REPORT_JSON = "report.json"
-_INTS = ("index", "status_code", "output_tokens")
-_TEXT = ("phase", "error", "trace_id", "verdict_status", "blame")
+# The client's columns, then the verdict's; then each stage's ms, each stage's status, blame.
+_REQUEST = (
+    "index",
+    "phase",
+    "scheduled_s",
+    "sent_s",
+    "status_code",
+    "error",
+    "trace_id",
+    "ttft_ms",
+    "ttft_sched_ms",
+    "itl_mean_ms",
+    "itl_p95_ms",
+    "total_ms",
+    "total_sched_ms",
+    "output_tokens",
+)
+_VERDICT = ("verdict_status", "verdict_ttft_ms", "verdict_total_status")
+_FIXED = _REQUEST + _VERDICT
 
 
-def write_rows(path: Path, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> None:
+def columns(stage_names: Sequence[str]) -> list[str]:
+    return [
+        *_FIXED,
+        *(f"{name}_ms" for name in stage_names),
+        *(f"{name}_status" for name in stage_names),
+        "blame",
+    ]
+
+
+def write_results(path: Path, stage_names: Sequence[str], results: Sequence[RequestResult]) -> None:
+    """One row per request; a request without a verdict leaves the verdict's cells empty."""
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
+        writer = csv.writer(f)
+        writer.writerow(columns(stage_names))
+        for result in results:
+            writer.writerow(_row(result, stage_names))
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows as written: numbers back as numbers, empty cells as None (text stays text)."""
-    rows: list[dict[str, Any]] = []
+def read_results(path: Path) -> list[RequestResult]:
+    """The records `write_results` wrote; raises ValueError on a file it did not write."""
     with path.open(newline="") as f:
-        for raw in csv.DictReader(f):
-            row: dict[str, Any] = {}
-            for key, text in raw.items():
-                if key in _TEXT:
-                    row[key] = text
-                elif text == "":
-                    row[key] = None
-                elif key in _INTS:
-                    row[key] = int(text)
-                else:
-                    row[key] = float(text)
-            rows.append(row)
-    return rows
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            raise ValueError(f"{path}: empty, not a {REQUESTS_CSV}")
+        stage_names = _stage_names(header)
+        results = []
+        for number, row in enumerate(reader, 2):
+            if len(row) != len(header):
+                raise ValueError(f"{path}:{number}: {len(row)} cells, the header has {len(header)}")
+            results.append(_result(row, stage_names))
+    return results
 
 
-def write_report_json(path: Path, report: Mapping[str, Any]) -> None:
-    path.write_text(json.dumps(report, indent=2) + "\n")
+def write_report(path: Path, report: Report) -> None:
+    path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+
+
+def read_report(path: Path) -> Report:
+    """The report `write_report` wrote; raises ValueError, KeyError or TypeError otherwise."""
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise TypeError(f"{path}: a JSON object expected")
+    return Report.from_dict(data)
+
+
+def _row(result: RequestResult, stage_names: Sequence[str]) -> list[object]:
+    r = result.request
+    cells: list[object] = [
+        r.index,
+        r.phase,
+        r.scheduled_s,
+        r.sent_s,
+        r.status_code,
+        r.error,
+        r.trace_id,
+        r.ttft_ms,
+        r.ttft_sched_ms,
+        r.itl_mean_ms,
+        r.itl_p95_ms,
+        r.total_ms,
+        r.total_sched_ms,
+        r.output_tokens,
+    ]
+    v = result.verdict
+    if v is None:
+        cells += [None] * (len(_VERDICT) + 2 * len(stage_names) + 1)
+    else:
+        stages = [v.stages.get(name) for name in stage_names]
+        cells += [v.status.value, v.ttft_ms, v.total_status.value]
+        cells += [None if s is None else s.ms for s in stages]
+        cells += [None if s is None else s.status.value for s in stages]
+        cells.append(" ".join(v.blame))
+    return ["" if cell is None else cell for cell in cells]
+
+
+def _stage_names(header: list[str]) -> list[str]:
+    stage_columns = header[len(_FIXED) : -1]
+    half = len(stage_columns) // 2
+    names = [c.removesuffix("_ms") for c in stage_columns[:half]]
+    if (
+        tuple(header[: len(_FIXED)]) != _FIXED
+        or header[-1:] != ["blame"]
+        or len(stage_columns) % 2
+        or header != columns(names)
+    ):
+        raise ValueError(f"not the columns of a {REQUESTS_CSV}: {header[:3]}...")
+    return names
+
+
+def _result(row: list[str], stage_names: list[str]) -> RequestResult:
+    cell = dict(zip(_FIXED, row, strict=False))
+    request = RequestRecord(
+        index=int(cell["index"]),
+        phase=cell["phase"],
+        scheduled_s=float(cell["scheduled_s"]),
+        sent_s=float(cell["sent_s"]),
+        status_code=int(cell["status_code"]),
+        error=cell["error"],
+        ttft_ms=_float(cell["ttft_ms"]),
+        ttft_sched_ms=_float(cell["ttft_sched_ms"]),
+        itl_mean_ms=_float(cell["itl_mean_ms"]),
+        itl_p95_ms=_float(cell["itl_p95_ms"]),
+        total_ms=float(cell["total_ms"]),
+        total_sched_ms=float(cell["total_sched_ms"]),
+        output_tokens=int(cell["output_tokens"]),
+        trace_id=cell["trace_id"],
+    )
+    if not cell["verdict_status"]:
+        return RequestResult(request)
+    n = len(_FIXED)
+    times = row[n : n + len(stage_names)]
+    statuses = row[n + len(stage_names) : n + 2 * len(stage_names)]
+    stages = {
+        name: StageTime(_float(ms), Status(status))
+        for name, ms, status in zip(stage_names, times, statuses, strict=True)
+        if status  # a stage the verdict did not have (another budget's)
+    }
+    verdict = RequestVerdict(
+        status=Status(cell["verdict_status"]),
+        ttft_ms=_float(cell["verdict_ttft_ms"]),
+        total_status=Status(cell["verdict_total_status"]),
+        stages=stages,
+        blame=tuple(row[-1].split()),
+    )
+    return RequestResult(request, verdict)
+
+
+def _float(text: str) -> float | None:
+    return None if text == "" else float(text)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from spanbudget.collector.loadtest.records import RequestResult
+from spanbudget.collector.loadtest.report_model import Report
 
 __all__ = ["render_html"]
 
@@ -23,15 +25,16 @@ def _png(figure: Figure) -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
-def _stacked_bars(report: Mapping[str, Any]) -> Figure:
+def _stacked_bars(report: Report) -> Figure:
     """Per-stage percentiles stacked, next to the allocation's targets and limits."""
-    stages = report["stages"]
+    stages = report.stages
     rows: list[tuple[str, list[float]]] = [
-        ("target", [s["target_ms"] for s in stages]),
-        ("limit", [s["limit_ms"] for s in stages]),
+        ("target", [s.target_ms for s in stages]),
+        ("limit", [s.limit_ms for s in stages]),
+        ("p50", [s.summary.p50_ms or 0.0 for s in stages]),
+        ("p95", [s.summary.p95_ms or 0.0 for s in stages]),
+        ("p99", [s.summary.p99_ms or 0.0 for s in stages]),
     ]
-    for key in ("p50", "p95", "p99"):
-        rows.append((key, [(s["ms"] or {}).get(key, 0.0) for s in stages]))
     figure = Figure(figsize=(8, 3.2))
     axes = figure.add_subplot()
     for y, (label, values) in enumerate(rows):
@@ -43,13 +46,12 @@ def _stacked_bars(report: Mapping[str, Any]) -> Figure:
                 left=left,
                 color=STAGE_COLOURS[i % len(STAGE_COLOURS)],
                 alpha=0.45 if label in ("target", "limit") else 0.95,
-                label=stages[i]["name"] if y == 0 else None,
+                label=stages[i].name if y == 0 else None,
                 edgecolor="white",
             )
             left += value
-    total = report["budget"]["total"]
-    axes.axvline(total["limit_ms"], color="#c00", linestyle="--", label="total limit")
-    axes.axvline(total["target_ms"], color="#777", linestyle=":", label="total target")
+    axes.axvline(report.total_limit_ms, color="#c00", linestyle="--", label="total limit")
+    axes.axvline(report.total_target_ms, color="#777", linestyle=":", label="total target")
     axes.set_yticks(range(len(rows)), [label for label, _ in rows])
     axes.invert_yaxis()
     axes.set_xlabel("ms (stage percentiles stacked)")
@@ -58,15 +60,18 @@ def _stacked_bars(report: Mapping[str, Any]) -> Figure:
     return figure
 
 
-def _ttft_histogram(report: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Figure:
-    values = [float(r["verdict_ttft_ms"]) for r in rows if r.get("verdict_ttft_ms") is not None]
+def _ttft_histogram(report: Report, results: Sequence[RequestResult]) -> Figure:
+    values = [
+        r.verdict.ttft_ms
+        for r in results
+        if r.verdict is not None and r.verdict.ttft_ms is not None
+    ]
     figure = Figure(figsize=(8, 3))
     axes = figure.add_subplot()
     if values:
         axes.hist(values, bins=min(40, max(5, len(values) // 3)), color="#4e79a7")
-    total = report["budget"]["total"]
-    axes.axvline(total["target_ms"], color="#e8a200", linestyle=":", label="target")
-    axes.axvline(total["limit_ms"], color="#c00", linestyle="--", label="limit")
+    axes.axvline(report.total_target_ms, color="#e8a200", linestyle=":", label="target")
+    axes.axvline(report.total_limit_ms, color="#c00", linestyle="--", label="limit")
     axes.set_xlabel("TTFT ms (trace, from the verdicts)")
     axes.set_ylabel("requests")
     axes.legend(fontsize=8)
@@ -74,16 +79,17 @@ def _ttft_histogram(report: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
     return figure
 
 
-def _p95_over_time(report: Mapping[str, Any]) -> Figure:
-    points = report["stage_p95_over_time"]
+def _p95_over_time(report: Report) -> Figure:
+    points = report.stage_p95_over_time
     figure = Figure(figsize=(8, 3))
     axes = figure.add_subplot()
-    for i, stage in enumerate(report["stages"]):
+    for i, stage in enumerate(report.stages):
         colour = STAGE_COLOURS[i % len(STAGE_COLOURS)]
-        xs = [p["t_s"] for p in points if p.get(stage["name"]) is not None]
-        ys = [p[stage["name"]] for p in points if p.get(stage["name"]) is not None]
-        axes.plot(xs, ys, marker="o", color=colour, label=stage["name"])
-        axes.axhline(stage["limit_ms"], color=colour, linestyle="--", linewidth=0.8)
+        mine = [(p.t_s, p.stage_p95_ms.get(stage.name)) for p in points]
+        xs = [t for t, value in mine if value is not None]
+        ys = [value for _, value in mine if value is not None]
+        axes.plot(xs, ys, marker="o", color=colour, label=stage.name)
+        axes.axhline(stage.limit_ms, color=colour, linestyle="--", linewidth=0.8)
     axes.set_xlabel("scheduled time in the run, s (5 s windows)")
     axes.set_ylabel("p95 ms (dashed: limit)")
     axes.legend(fontsize=7, ncol=3)
@@ -103,10 +109,14 @@ def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
 
 
-def render_html(report: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def render_html(report: Report, results: Sequence[RequestResult]) -> str:
     charts = [
         ("stages", _stacked_bars(report)),
-        ("ttft", _ttft_histogram(report, rows)),
+        ("ttft", _ttft_histogram(report, results)),
         ("over-time", _p95_over_time(report)),
     ]
     images = "\n".join(
@@ -115,20 +125,29 @@ def render_html(report: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) ->
     )
     stage_rows = [
         [
-            s["name"],
-            f"{s['target_ms']:g}",
-            f"{s['limit_ms']:g}",
-            *(_ms((s["ms"] or {}).get(k)) for k in ("p50", "p90", "p95", "p99", "max")),
-            f"{s['share_over_limit']:.1%}",
+            s.name,
+            f"{s.target_ms:g}",
+            f"{s.limit_ms:g}",
+            *(
+                _ms(v)
+                for v in (
+                    s.summary.p50_ms,
+                    s.summary.p90_ms,
+                    s.summary.p95_ms,
+                    s.summary.p99_ms,
+                    s.summary.max_ms,
+                )
+            ),
+            _share(s.summary.over_limit_share),
         ]
-        for s in report["stages"]
+        for s in report.stages
     ]
     slowest = [
-        [i["trace_id"], f"{i['ttft_ms']:.1f}", i["status"], ", ".join(i["blame"])]
-        for i in report["slowest"]
+        [i.trace_id, f"{i.ttft_ms:.1f}", i.status, ", ".join(i.blame)] for i in report.slowest
     ]
-    slo = report["slo"]
-    title = f"spanbudget run {report['run_id']}"
+    info = report.info
+    met = report.slo_met
+    title = f"spanbudget run {info.run_id}"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
@@ -140,13 +159,13 @@ img {{ display: block; margin: 1em 0; max-width: 100%; }}
 .met {{ color: #080; }} .breached {{ color: #c00; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
-<p>{report["requests"]} requests to {html.escape(report["target"])} (model
-{html.escape(report["model"])}), started {html.escape(report["started_at"])}, budget
-<b>{html.escape(report["budget"]["name"])}</b>.</p>
-<p class="{"met" if slo["met"] else "breached"}">SLO {"met" if slo["met"] else "breached"}:
-{slo["within_limits"]:.1%} of requests within every limit (objective {slo["objective"]:.0%}).
-Goodput {report["goodput_rps"]:.2f} req/s; errors {report["errors"]}
-({report["error_rate"]:.1%}).</p>
+<p>{report.requests} requests to {html.escape(info.target)} (model
+{html.escape(info.model)}), started {html.escape(info.started_at)}, budget
+<b>{html.escape(report.budget_name)}</b>.</p>
+<p class="{"met" if met else "breached"}">SLO {"met" if met else "breached"}:
+{report.within_limits:.1%} of requests within every limit (objective {report.slo_objective:.0%}).
+Goodput {report.goodput_rps:.2f} req/s; errors {report.errors}
+({report.error_rate:.1%}).</p>
 {_table(["stage", "target", "limit", "p50", "p90", "p95", "p99", "max", "> limit"], stage_rows)}
 {images}
 <h2>Slowest traces</h2>

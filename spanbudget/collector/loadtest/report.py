@@ -1,229 +1,130 @@
-"""The load-test report, computed from one row per request (pure: rows in, report out).
+"""The load-test report, computed from one record per request (pure: records in, report out).
 
-`rows` are what `requests.csv` holds: the client's measurements of a request joined with
-its verdict. Computing everything from the rows means `spanbudget report RUN_DIR` and
-any reader of the CSV get exactly the numbers of the original run.
+Every stage figure is a `StageSummary`, the one `/api/summary` serves: over the limit
+means the verdict's status `overrun`, and every stage statistic leaves out `incomplete`
+verdicts, whose window is the whole request rather than the time to first token.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import replace
 
 from spanbudget.collector.budget import Budget
 from spanbudget.collector.links import jaeger_trace_url, ui_trace_url
-from spanbudget.collector.loadtest.client import RequestRecord
-from spanbudget.collector.stats import percentile, percentiles
+from spanbudget.collector.loadtest.records import RequestResult, RequestVerdict
+from spanbudget.collector.loadtest.report_model import (
+    PhaseLine,
+    Report,
+    RunInfo,
+    SlowTrace,
+    StageLine,
+    WindowLine,
+)
+from spanbudget.collector.stats import StageSummary
 
-__all__ = [
-    "GOOD_STATUSES",
-    "RunInfo",
-    "build_report",
-    "request_row",
-    "row_columns",
-]
+__all__ = ["build_report"]
 
-GOOD_STATUSES = ("ok", "warn")  # within every limit
 SLOWEST = 5
 OVER_TIME_WINDOW_S = 5.0
 
 
-@dataclass(frozen=True, slots=True)
-class RunInfo:
-    run_id: str
-    target: str
-    model: str
-    started_at: str  # RFC 3339
-    duration_s: float  # from the first send to the last response
-    config: Mapping[str, Any]
-    ui_url: str = ""  # the collector's web UI, for links
-    jaeger_ui: str = ""  # Jaeger's UI, for links
-
-
-def row_columns(budget: Budget) -> list[str]:
-    return [
-        "index",
-        "phase",
-        "scheduled_s",
-        "sent_s",
-        "status_code",
-        "error",
-        "trace_id",
-        "ttft_ms",
-        "ttft_sched_ms",
-        "itl_mean_ms",
-        "itl_p95_ms",
-        "total_ms",
-        "total_sched_ms",
-        "output_tokens",
-        "verdict_status",
-        "verdict_ttft_ms",
-        *(f"{name}_ms" for name in budget.stage_names()),
-        "blame",
-    ]
-
-
-def request_row(record: RequestRecord, verdict: Mapping[str, Any] | None) -> dict[str, Any]:
-    """One CSV row: the client's view of a request and, if decided, its verdict."""
-    row: dict[str, Any] = {
-        "index": record.index,
-        "phase": record.phase,
-        "scheduled_s": round(record.scheduled_s, 6),
-        "sent_s": round(record.sent_s, 6),
-        "status_code": record.status_code,
-        "error": record.error,
-        "trace_id": record.trace_id,
-        "ttft_ms": _r(record.ttft_ms),
-        "ttft_sched_ms": _r(record.ttft_sched_ms),
-        "itl_mean_ms": _r(record.itl_mean_ms),
-        "itl_p95_ms": _r(record.itl_p95_ms),
-        "total_ms": _r(record.total_ms),
-        "total_sched_ms": _r(record.total_sched_ms),
-        "output_tokens": record.output_tokens,
-        "verdict_status": "",
-        "verdict_ttft_ms": None,
-        "blame": "",
-    }
-    if verdict is not None:
-        row["verdict_status"] = verdict["status"]
-        row["verdict_ttft_ms"] = verdict["ttft_ms"]
-        row["blame"] = " ".join(verdict["blame"])
-        for stage in verdict["stages"]:
-            row[f"{stage['name']}_ms"] = stage["ms"]
-    return row
-
-
-def _r(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
-def _values(rows: Sequence[Mapping[str, Any]], column: str) -> list[float]:
-    return [float(row[column]) for row in rows if row.get(column) not in (None, "")]
-
-
-def build_report(
-    rows: Sequence[Mapping[str, Any]], budget: Budget, info: RunInfo
-) -> dict[str, Any]:
-    """Everything `report.json` holds, from the rows alone (plus the run's facts)."""
-    total = len(rows)
-    judged = [row for row in rows if row.get("verdict_status")]
-    good = [row for row in judged if row["verdict_status"] in GOOD_STATUSES]
-    errors = [row for row in rows if row.get("error") or int(row.get("status_code") or 0) != 200]
+def build_report(results: Sequence[RequestResult], budget: Budget, info: RunInfo) -> Report:
+    """The report of a run: its records, the budget they were judged by, the run's facts."""
+    duration_s = info.duration_s
+    info = replace(info, duration_s=round(duration_s, 3))  # as report.json keeps it
+    total = len(results)
+    judged = [(r, r.verdict) for r in results if r.verdict is not None]
+    verdicts = [v for _, v in judged]
+    good = sum(1 for v in verdicts if v.within_limits)
     by_status: dict[str, int] = {}
-    for row in judged:
-        by_status[row["verdict_status"]] = by_status.get(row["verdict_status"], 0) + 1
-    within = len(good) / total if total else 0.0
-    timed = _timed(judged)
-    stages = []
-    for stage in budget.stages:
-        values = _values(timed, f"{stage.name}_ms")
-        over = sum(1 for v in values if v > stage.limit_ms)
-        stages.append(
-            {
-                "name": stage.name,
-                "target_ms": stage.target_ms,
-                "limit_ms": stage.limit_ms,
-                "count": len(values),
-                "share_over_limit": over / len(values) if values else 0.0,
-                "ms": percentiles(values),
-            }
-        )
+    for verdict in verdicts:
+        by_status[verdict.status.value] = by_status.get(verdict.status.value, 0) + 1
+    requests = [r.request for r in results]
     slowest = sorted(
-        (row for row in judged if row.get("verdict_ttft_ms") not in (None, "")),
-        key=lambda row: float(row["verdict_ttft_ms"]),
+        ((r, v) for r, v in judged if v.ttft_ms is not None),
+        key=lambda pair: pair[1].ttft_ms or 0.0,
         reverse=True,
     )[:SLOWEST]
-    return {
-        "run_id": info.run_id,
-        "target": info.target,
-        "model": info.model,
-        "started_at": info.started_at,
-        "duration_s": round(info.duration_s, 3),
-        "config": dict(info.config),
-        "budget": {
-            "name": budget.name,
-            "total": {"target_ms": budget.total_target_ms, "limit_ms": budget.total_limit_ms},
-            "slo_objective": budget.slo_objective,
-        },
-        "requests": total,
-        "errors": len(errors),
-        "error_rate": len(errors) / total if total else 0.0,
-        "verdicts": {"joined": len(judged), "missing": total - len(judged), "by_status": by_status},
-        "slo": {
-            "objective": budget.slo_objective,
-            "within_limits": within,
-            "met": total > 0 and within >= budget.slo_objective,
-        },
-        "goodput_rps": len(good) / info.duration_s if info.duration_s > 0 else 0.0,
-        "ttft_ms": percentiles(_values(judged, "verdict_ttft_ms")),
-        "client_ttft_ms": percentiles(_values(rows, "ttft_ms")),
-        "client_ttft_sched_ms": percentiles(_values(rows, "ttft_sched_ms")),
-        "itl_ms": percentiles(_values(rows, "itl_mean_ms")),
-        "total_ms": percentiles(_values(rows, "total_ms")),
-        "stages": stages,
-        "phases": _phases(rows, budget),
-        "stage_p95_over_time": _over_time(timed, budget),
-        "slowest": [
-            {
-                "trace_id": row["trace_id"],
-                "ttft_ms": float(row["verdict_ttft_ms"]),
-                "status": row["verdict_status"],
-                "blame": row["blame"].split(),
-                "ui_url": ui_trace_url(info.ui_url, row["trace_id"]),
-                "jaeger_url": jaeger_trace_url(info.jaeger_ui, row["trace_id"]),
-            }
-            for row in slowest
-        ],
-    }
+    return Report(
+        info=info,
+        budget_name=budget.name,
+        total_target_ms=budget.total_target_ms,
+        total_limit_ms=budget.total_limit_ms,
+        slo_objective=budget.slo_objective,
+        requests=total,
+        errors=sum(1 for r in requests if not r.ok),
+        joined=len(verdicts),
+        by_status=by_status,
+        within_limits=good / total if total else 0.0,
+        goodput_rps=good / duration_s if duration_s > 0 else 0.0,
+        ttft=StageSummary.of((v.ttft_ms, v.total_status) for v in verdicts),
+        client_ttft=StageSummary.of_times(r.ttft_ms for r in requests if r.ttft_ms is not None),
+        client_ttft_sched=StageSummary.of_times(
+            r.ttft_sched_ms for r in requests if r.ttft_sched_ms is not None
+        ),
+        itl=StageSummary.of_times(r.itl_mean_ms for r in requests if r.itl_mean_ms is not None),
+        request_total=StageSummary.of_times(r.total_ms for r in requests),
+        stages=tuple(
+            StageLine(s.name, s.target_ms, s.limit_ms, _stage(verdicts, s.name))
+            for s in budget.stages
+        ),
+        phases=_phases(results, budget),
+        stage_p95_over_time=_over_time(judged, budget),
+        slowest=tuple(
+            SlowTrace(
+                trace_id=r.request.trace_id,
+                ttft_ms=v.ttft_ms or 0.0,
+                status=v.status.value,
+                blame=v.blame,
+                ui_url=ui_trace_url(info.ui_url, r.request.trace_id),
+                jaeger_url=jaeger_trace_url(info.jaeger_ui, r.request.trace_id),
+            )
+            for r, v in slowest
+        ),
+    )
 
 
-def _timed(judged: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The verdicts every stage statistic of the report is taken over. Like the collector's
-    /api/summary, they leave out `incomplete` ones: with no first token, their window is the
-    whole request, not the time to first token."""
-    return [row for row in judged if row["verdict_status"] != "incomplete"]
+def _stage(verdicts: Sequence[RequestVerdict], name: str) -> StageSummary:
+    """One stage over the verdicts whose stage times are shares of their TTFT."""
+    return StageSummary.of(v.stages[name] for v in verdicts if v.timed and name in v.stages)
 
 
-def _phases(rows: Sequence[Mapping[str, Any]], budget: Budget) -> list[dict[str, Any]]:
+def _phases(results: Sequence[RequestResult], budget: Budget) -> tuple[PhaseLine, ...]:
     names: list[str] = []
-    for row in rows:
-        if row["phase"] not in names:
-            names.append(row["phase"])
-    result = []
+    for result in results:
+        if result.request.phase not in names:
+            names.append(result.request.phase)
+    lines = []
     for name in names:
-        mine = [row for row in rows if row["phase"] == name]
-        judged = [row for row in mine if row.get("verdict_status")]
-        good = sum(1 for row in judged if row["verdict_status"] in GOOD_STATUSES)
-        p95 = {}
-        for stage in budget.stages:
-            values = sorted(_values(_timed(judged), f"{stage.name}_ms"))
-            p95[stage.name] = percentile(values, 95) if values else None
-        result.append(
-            {
-                "name": name,
-                "requests": len(mine),
-                "within_limits": good / len(mine) if mine else 0.0,
-                "stage_p95_ms": p95,
-            }
+        mine = [r for r in results if r.request.phase == name]
+        verdicts = [r.verdict for r in mine if r.verdict is not None]
+        good = sum(1 for v in verdicts if v.within_limits)
+        lines.append(
+            PhaseLine(
+                name=name,
+                requests=len(mine),
+                within_limits=good / len(mine),
+                stage_p95_ms={s.name: _stage(verdicts, s.name).p95_ms for s in budget.stages},
+            )
         )
-    return result
+    return tuple(lines)
 
 
-def _over_time(rows: Sequence[Mapping[str, Any]], budget: Budget) -> list[dict[str, Any]]:
+def _over_time(
+    judged: Sequence[tuple[RequestResult, RequestVerdict]], budget: Budget
+) -> tuple[WindowLine, ...]:
     """Each stage's p95 over consecutive windows of scheduled time."""
-    if not rows:
-        return []
-    last = max(float(row["scheduled_s"]) for row in rows)
+    timed = [(r.request.scheduled_s, v) for r, v in judged if v.timed]
+    if not timed:
+        return ()
+    last = max(at for at, _ in timed)
     windows = []
     start = 0.0
     while start <= last:
-        mine = [r for r in rows if start <= float(r["scheduled_s"]) < start + OVER_TIME_WINDOW_S]
+        mine = [v for at, v in timed if start <= at < start + OVER_TIME_WINDOW_S]
         if mine:
-            point: dict[str, Any] = {"t_s": start, "requests": len(mine)}
-            for stage in budget.stages:
-                values = sorted(_values(mine, f"{stage.name}_ms"))
-                point[stage.name] = percentile(values, 95) if values else None
-            windows.append(point)
+            p95 = {s.name: _stage(mine, s.name).p95_ms for s in budget.stages}
+            windows.append(WindowLine(start, len(mine), p95))
         start += OVER_TIME_WINDOW_S
-    return windows
+    return tuple(windows)

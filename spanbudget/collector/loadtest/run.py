@@ -25,12 +25,14 @@ from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord
 from spanbudget.collector.loadtest.files import (
     REPORT_JSON,
     REQUESTS_CSV,
-    write_report_json,
-    write_rows,
+    write_report,
+    write_results,
 )
+from spanbudget.collector.loadtest.records import join
 from spanbudget.collector.loadtest.render_html import render_html
 from spanbudget.collector.loadtest.render_terminal import render_terminal
-from spanbudget.collector.loadtest.report import RunInfo, build_report, request_row, row_columns
+from spanbudget.collector.loadtest.report import build_report
+from spanbudget.collector.loadtest.report_model import Report, RunInfo
 from spanbudget.collector.loadtest.runner import Progress as Counters
 from spanbudget.collector.loadtest.runner import RunSettings, run_requests
 from spanbudget.collector.loadtest.schedule import Arrival, Phase, build_schedule
@@ -138,7 +140,7 @@ class LoadTest:
             requests.append(ChatRequest(index, phase, at, prompt.prompt, prompt.max_tokens))
         return requests
 
-    def run(self, tracer_provider: TracerProvider, console: Console) -> tuple[dict[str, Any], int]:
+    def run(self, tracer_provider: TracerProvider, console: Console) -> tuple[Report, int]:
         model = self.resolve_model()
         requests = self.requests()
         if not requests:
@@ -179,7 +181,7 @@ class LoadTest:
                 raise RunFailed(str(exc)) from None
         if not verdicts:
             raise RunFailed(f"no verdict arrived from {self.collector} for run {self.run_id}")
-        rows = [request_row(r, verdicts.get(r.trace_id)) for r in records]
+        results = join(records, verdicts)
         info = RunInfo(
             run_id=self.run_id,
             target=self.base,
@@ -204,14 +206,14 @@ class LoadTest:
             ui_url=self.ui_url,
             jaeger_ui=self.jaeger_ui,
         )
-        report = build_report(rows, self.budget, info)
+        report = build_report(results, self.budget, info)
         self.out.mkdir(parents=True, exist_ok=True)
-        write_rows(self.out / REQUESTS_CSV, row_columns(self.budget), rows)
-        write_report_json(self.out / REPORT_JSON, report)
-        (self.out / "report.html").write_text(render_html(report, rows))
+        write_results(self.out / REQUESTS_CSV, self.budget.stage_names(), results)
+        write_report(self.out / REPORT_JSON, report)
+        (self.out / "report.html").write_text(render_html(report, results))
         render_terminal(report, console)
         console.print(f"files: {self.out}/{{{REPORT_JSON},{REQUESTS_CSV},report.html}}")
-        return report, EXIT_OK if report["slo"]["met"] else EXIT_BREACHED
+        return report, EXIT_OK if report.slo_met else EXIT_BREACHED
 
     async def _send(
         self, requests: list[ChatRequest], settings: RunSettings, tracer: Any, console: Console

@@ -1,4 +1,7 @@
-"""Fetch a run's verdicts from the budget collector's API, waiting (bounded) for stragglers."""
+"""Fetch a run's verdicts from the budget collector's API, waiting (bounded) for stragglers.
+
+The API serves verdicts as DESIGN §6 JSON; they come back as `Verdict`s.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import Any
 import httpx
 
 from spanbudget.collector.live.api import MAX_LIST
+from spanbudget.collector.verdict import Verdict
 
 __all__ = ["CollectorUnavailable", "wait_for_verdicts"]
 
@@ -27,6 +31,16 @@ def _verdict_list(payload: Any) -> list[dict[str, Any]]:
     raise CollectorUnavailable(f"unexpected answer from the verdict API: {str(payload)[:200]}")
 
 
+def _verdict(served: dict[str, Any]) -> Verdict:
+    try:
+        return Verdict.from_dict(served)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CollectorUnavailable(
+            f"the verdict API answered something that is not a verdict ({exc!r}): "
+            f"{str(served)[:200]}"
+        ) from None
+
+
 def wait_for_verdicts(
     collector_url: str,
     run_id: str,
@@ -37,14 +51,14 @@ def wait_for_verdicts(
     client: httpx.Client | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Verdict]:
     """Verdicts of `trace_ids` by trace id; returns what has arrived when time is up.
 
     The collector decides a trace a decision-wait after its last span, so verdicts trail
     the last response by a couple of seconds.
     """
     wanted = set(trace_ids)
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, Verdict] = {}
     url = collector_url.rstrip("/") + "/api/verdicts"
     deadline = clock() + timeout_s
     own = client is None
@@ -65,7 +79,7 @@ def _read_run(
     url: str,
     run_id: str,
     wanted: set[str],
-    found: dict[str, dict[str, Any]],
+    found: dict[str, Verdict],
 ) -> None:
     """Page through the run's verdicts, newest first, until a short page or all are found."""
     params = {"run_id": run_id, "limit": str(MAX_LIST)}
@@ -76,9 +90,9 @@ def _read_run(
         except httpx.HTTPError as exc:
             raise CollectorUnavailable(f"cannot read verdicts from {url}: {exc}") from None
         listed = _verdict_list(response.json())
-        for verdict in listed:
-            if verdict.get("trace_id") in wanted:
-                found[verdict["trace_id"]] = verdict
+        for served in listed:
+            if isinstance(served, dict) and served.get("trace_id") in wanted:
+                found[served["trace_id"]] = _verdict(served)
         if len(listed) < MAX_LIST or wanted <= found.keys():
             return
         if params.get("before") == listed[-1]["trace_id"]:
