@@ -32,7 +32,6 @@ from rich.table import Table
 
 from spanbudget.collector.budget_file import load_budget
 from spanbudget.collector.live.api import create_app
-from spanbudget.collector.live.intake import decode_export
 from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.pipeline import Pipeline
 from spanbudget.collector.live.settings import CollectorSettings
@@ -123,13 +122,7 @@ def main() -> None:
 
         def in_process() -> None:
             for body in payloads:
-                batch = decode_export(
-                    body,
-                    content_type=PROTOBUF,
-                    content_encoding=None,
-                    max_body_bytes=64 << 20,
-                    max_span_bytes=64 << 10,
-                )
+                batch = pipeline.decode(body, content_type=PROTOBUF, content_encoding=None)
                 assert pipeline.offer(batch)
             assert pipeline.wait_idle(600)
 

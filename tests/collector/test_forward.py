@@ -163,3 +163,17 @@ def test_downstream_down_then_back_loses_nothing_and_never_slows_intake(tmp_path
             )
     assert collector.metric("spanbudget_forward_spans_dropped_total", reason="queue_full") == 0
     assert collector.metric("spanbudget_spans_received_total") == expected
+
+
+def test_spans_keep_their_otlp_originals_only_when_the_collector_forwards(
+    tmp_path: Path,
+) -> None:
+    body = to_request(rag_trace().spans).SerializeToString()
+    for forward_url, kept in ((None, False), ("http://127.0.0.1:9", True)):
+        with running_collector(tmp_path / str(kept), forward_url=forward_url) as collector:
+            batch = collector.pipeline.decode(body, content_type=PROTOBUF, content_encoding=None)
+        assert len(batch.spans) == len(rag_trace().spans)
+        assert {held.proto is not None for held in batch.spans} == {kept}
+        assert {held.origin is not None for held in batch.spans} == {kept}
+        if kept:
+            assert [h.proto.name for h in batch.spans] == [h.span.name for h in batch.spans]

@@ -50,6 +50,7 @@ def _over_otlp(spans: list[Span]) -> list[HeldSpan]:
         content_encoding=None,
         max_body_bytes=1 << 20,
         max_span_bytes=1 << 16,
+        originals=True,
     )
     return batch.spans
 

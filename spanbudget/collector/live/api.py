@@ -22,7 +22,6 @@ from spanbudget.collector.live.intake import (
     JSON,
     PROTOBUF,
     IntakeError,
-    decode_export,
     encode_response,
     encode_status,
     is_json,
@@ -74,12 +73,10 @@ def create_app(pipeline: Pipeline, *, alerts: AlertEngine | None = None) -> Fast
             )
         try:
             body = await _read_body(request, settings.max_body_bytes)
-            batch = decode_export(
+            batch = pipeline.decode(
                 body,
                 content_type=content_type,
                 content_encoding=request.headers.get("content-encoding"),
-                max_body_bytes=settings.max_body_bytes,
-                max_span_bytes=settings.max_span_bytes,
             )
         except IntakeError as exc:
             return refuse(exc, as_json)

@@ -1,5 +1,5 @@
 """What the collector holds of one span until its trace is decided: the evaluator's `Span`
-and, for a span that came over OTLP, its protobuf original with the resource and scope it
+and, when the collector forwards, its protobuf original with the resource and scope it
 came with, which forwarding sends on (annotated) as it arrived.
 """
 
@@ -25,9 +25,9 @@ class Origin:
 
 @dataclass(slots=True)
 class HeldSpan:
-    """One span: `proto` and `origin` are its OTLP original, both None for a span made in
-    this process (`BudgetSpanProcessor`). Forwarding annotates `proto` in place once the
-    trace is judged; nothing else reads or changes it."""
+    """One span: `proto` and `origin` are its OTLP original, both None when nothing
+    forwards it (or it was made in this process, by `BudgetSpanProcessor`). Forwarding
+    annotates `proto` in place once the trace is judged; nothing else reads or changes it."""
 
     span: Span
     proto: Any = None  # opentelemetry.proto.trace.v1.Span

@@ -51,8 +51,8 @@ class IntakeError(Exception):
 
 @dataclass(slots=True)
 class Batch:
-    """One accepted request: each span with its OTLP original. `rejected` spans were
-    refused at intake (too large) and are reported as partial success."""
+    """One accepted request: each span, with its OTLP original when asked for. `rejected`
+    spans were refused at intake (too large) and are reported as partial success."""
 
     spans: list[HeldSpan]
     rejected: int = 0
@@ -69,8 +69,14 @@ def decode_export(
     content_encoding: str | None,
     max_body_bytes: int,
     max_span_bytes: int,
+    originals: bool,
 ) -> Batch:
-    """Decode one `POST /v1/traces` body into a batch, or raise `IntakeError` (4xx)."""
+    """Decode one `POST /v1/traces` body into a batch, or raise `IntakeError` (4xx).
+
+    With `originals`, each span keeps its protobuf original (to forward it); without,
+    the decoded request is let go at once: holding it costs the collector a few percent
+    of its throughput, for nothing when nothing forwards.
+    """
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if media not in (PROTOBUF, JSON):
         raise IntakeError(
@@ -93,7 +99,8 @@ def decode_export(
         raise IntakeError(400, "malformed", str(exc)) from None
     if rejected and not spans:
         raise IntakeError(400, "span_too_large", f"every span is over {max_span_bytes} bytes")
-    return Batch(_held(request, spans), rejected)
+    held = _held(request, spans) if originals else [HeldSpan(span) for span in spans]
+    return Batch(held, rejected)
 
 
 def gunzip_bounded(body: bytes, limit: int) -> bytes:

@@ -15,7 +15,7 @@ from spanbudget.collector.budget_file import BudgetError, load_budget
 from spanbudget.collector.live.assembly import Assembly
 from spanbudget.collector.live.core import JudgingCore
 from spanbudget.collector.live.forward import Forwarder
-from spanbudget.collector.live.intake import Batch
+from spanbudget.collector.live.intake import Batch, decode_export
 from spanbudget.collector.live.metrics import CollectorMetrics, MetricsSink
 from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.live.sinks import VerdictSink
@@ -48,7 +48,7 @@ class Pipeline:
         self.settings = settings
         self.metrics = metrics
         self.store = store
-        self.forwarder = forwarder
+        self._forwards = forwarder is not None
         assembly = Assembly(
             decision_wait=settings.decision_wait_seconds,
             max_age=settings.max_trace_age_seconds,
@@ -76,6 +76,20 @@ class Pipeline:
 
     def ready(self) -> bool:
         return self.core.ready()
+
+    def decode(
+        self, body: bytes, *, content_type: str | None, content_encoding: str | None
+    ) -> Batch:
+        """Decode a `POST /v1/traces` body within the settings' limits (raises
+        `IntakeError`); its spans keep their OTLP originals when the collector forwards."""
+        return decode_export(
+            body,
+            content_type=content_type,
+            content_encoding=content_encoding,
+            max_body_bytes=self.settings.max_body_bytes,
+            max_span_bytes=self.settings.max_span_bytes,
+            originals=self._forwards,
+        )
 
     def offer(self, batch: Batch) -> bool:
         """Queue a decoded request for the worker; False when the queue is full or closing."""
