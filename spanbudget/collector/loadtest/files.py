@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from spanbudget.collector.loadtest.client import RequestRecord
 from spanbudget.collector.loadtest.records import RequestResult, RequestVerdict, StageTime
@@ -24,25 +25,32 @@ __all__ = [
 
 REQUESTS_CSV = "requests.csv"
 REPORT_JSON = "report.json"
-# The client's columns, then the verdict's; then each stage's ms, each stage's status, blame.
-_REQUEST = (
-    "index",
-    "phase",
-    "scheduled_s",
-    "sent_s",
-    "status_code",
-    "error",
-    "trace_id",
-    "ttft_ms",
-    "ttft_sched_ms",
-    "itl_mean_ms",
-    "itl_p95_ms",
-    "total_ms",
-    "total_sched_ms",
-    "output_tokens",
-)
+
+
+def _float(text: str) -> float | None:
+    return None if text == "" else float(text)
+
+
+# The client's columns (`RequestRecord` fields, each with how its cell reads back), then
+# the verdict's; then each stage's ms, each stage's status, and the blame.
+_REQUEST: dict[str, Callable[[str], Any]] = {
+    "index": int,
+    "phase": str,
+    "scheduled_s": float,
+    "sent_s": float,
+    "status_code": int,
+    "error": str,
+    "trace_id": str,
+    "ttft_ms": _float,
+    "ttft_sched_ms": _float,
+    "itl_mean_ms": _float,
+    "itl_p95_ms": _float,
+    "total_ms": float,
+    "total_sched_ms": float,
+    "output_tokens": int,
+}
 _VERDICT = ("verdict_status", "verdict_ttft_ms", "verdict_total_status")
-_FIXED = _REQUEST + _VERDICT
+_FIXED = (*_REQUEST, *_VERDICT)
 
 
 def columns(stage_names: Sequence[str]) -> list[str]:
@@ -92,23 +100,7 @@ def read_report(path: Path) -> Report:
 
 
 def _row(result: RequestResult, stage_names: Sequence[str]) -> list[object]:
-    r = result.request
-    cells: list[object] = [
-        r.index,
-        r.phase,
-        r.scheduled_s,
-        r.sent_s,
-        r.status_code,
-        r.error,
-        r.trace_id,
-        r.ttft_ms,
-        r.ttft_sched_ms,
-        r.itl_mean_ms,
-        r.itl_p95_ms,
-        r.total_ms,
-        r.total_sched_ms,
-        r.output_tokens,
-    ]
+    cells: list[object] = [getattr(result.request, name) for name in _REQUEST]
     v = result.verdict
     if v is None:
         cells += [None] * (len(_VERDICT) + 2 * len(stage_names) + 1)
@@ -137,22 +129,7 @@ def _stage_names(header: list[str]) -> list[str]:
 
 def _result(row: list[str], stage_names: list[str]) -> RequestResult:
     cell = dict(zip(_FIXED, row, strict=False))
-    request = RequestRecord(
-        index=int(cell["index"]),
-        phase=cell["phase"],
-        scheduled_s=float(cell["scheduled_s"]),
-        sent_s=float(cell["sent_s"]),
-        status_code=int(cell["status_code"]),
-        error=cell["error"],
-        ttft_ms=_float(cell["ttft_ms"]),
-        ttft_sched_ms=_float(cell["ttft_sched_ms"]),
-        itl_mean_ms=_float(cell["itl_mean_ms"]),
-        itl_p95_ms=_float(cell["itl_p95_ms"]),
-        total_ms=float(cell["total_ms"]),
-        total_sched_ms=float(cell["total_sched_ms"]),
-        output_tokens=int(cell["output_tokens"]),
-        trace_id=cell["trace_id"],
-    )
+    request = RequestRecord(**{name: read(cell[name]) for name, read in _REQUEST.items()})
     if not cell["verdict_status"]:
         return RequestResult(request)
     n = len(_FIXED)
@@ -171,7 +148,3 @@ def _result(row: list[str], stage_names: list[str]) -> RequestResult:
         blame=tuple(row[-1].split()),
     )
     return RequestResult(request, verdict)
-
-
-def _float(text: str) -> float | None:
-    return None if text == "" else float(text)

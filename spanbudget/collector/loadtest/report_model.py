@@ -8,7 +8,7 @@ ValueError on anything else.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from spanbudget.collector.stats import StageSummary
@@ -61,12 +61,7 @@ class PhaseLine:
     stage_p95_ms: Mapping[str, float | None]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "requests": self.requests,
-            "within_limits": self.within_limits,
-            "stage_p95_ms": dict(self.stage_p95_ms),
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PhaseLine:
@@ -105,14 +100,7 @@ class SlowTrace:
     jaeger_url: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "trace_id": self.trace_id,
-            "ttft_ms": self.ttft_ms,
-            "status": self.status,
-            "blame": list(self.blame),
-            "ui_url": self.ui_url,
-            "jaeger_url": self.jaeger_url,
-        }
+        return {**asdict(self), "blame": list(self.blame)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SlowTrace:
@@ -165,16 +153,8 @@ class Report:
         return self.requests > 0 and self.within_limits >= self.slo_objective
 
     def to_dict(self) -> dict[str, Any]:
-        info = self.info
         return {
-            "run_id": info.run_id,
-            "target": info.target,
-            "model": info.model,
-            "started_at": info.started_at,
-            "duration_s": info.duration_s,
-            "config": dict(info.config),
-            "ui_url": info.ui_url,
-            "jaeger_ui": info.jaeger_ui,
+            **asdict(self.info),
             "budget": {
                 "name": self.budget_name,
                 "total": {"target_ms": self.total_target_ms, "limit_ms": self.total_limit_ms},
@@ -208,17 +188,9 @@ class Report:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Report:
         budget = data["budget"]
+        info = {f.name: data[f.name] for f in fields(RunInfo)}
         return cls(
-            info=RunInfo(
-                run_id=str(data["run_id"]),
-                target=str(data["target"]),
-                model=str(data["model"]),
-                started_at=str(data["started_at"]),
-                duration_s=float(data["duration_s"]),
-                config=dict(data["config"]),
-                ui_url=str(data["ui_url"]),
-                jaeger_ui=str(data["jaeger_ui"]),
-            ),
+            info=RunInfo(**{**info, "duration_s": float(info["duration_s"])}),
             budget_name=str(budget["name"]),
             total_target_ms=float(budget["total"]["target_ms"]),
             total_limit_ms=float(budget["total"]["limit_ms"]),
