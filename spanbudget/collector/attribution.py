@@ -98,12 +98,16 @@ def _expand_vllm(node: Node) -> None:
     """Add vLLM's phases as virtual children: frontend, queue, prefill, decode.
 
     Values that do not fit inside the span are clamped to it: prefill first, then queue.
+    vLLM before 0.10.2 (the V0 engine) reports no prefill time; its queue time runs from
+    arrival, so the prefill is the rest of the time to the first token and no frontend.
     """
     ttft = _seconds(node.attributes, VLLM_LATENCY_TTFT)
     if ttft is None:
         return
     queue = _seconds(node.attributes, VLLM_LATENCY_QUEUE) or 0.0
-    prefill = _seconds(node.attributes, VLLM_LATENCY_PREFILL) or 0.0
+    prefill = _seconds(node.attributes, VLLM_LATENCY_PREFILL)
+    if prefill is None:
+        prefill = max(0.0, ttft - queue)
     start, end = node.start, node.end
     first_token = min(end, start + round(ttft * _NS_PER_S))
     prefill_start = max(start, first_token - round(prefill * _NS_PER_S))

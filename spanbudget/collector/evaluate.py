@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from spanbudget.collector.attribution import Node, Tree, assemble, attribute_window
-from spanbudget.collector.budget import Budget, Stage, WhenAbsent
-from spanbudget.collector.semconv import FIRST_TOKEN_MARKS, GEN_AI_REQUEST_MODEL, LOADTEST_PREFIX
+from spanbudget.collector.budget import Budget, FirstTokenMark, Selector, Stage, WhenAbsent
+from spanbudget.collector.semconv import GEN_AI_REQUEST_MODEL, LOADTEST_PREFIX
 from spanbudget.collector.spans import AttrValue, Span
 from spanbudget.collector.verdict import StageResult, Status, Verdict
 
-__all__ = ["Evaluator", "evaluate"]
+__all__ = ["Evaluator", "evaluate", "first_token_ns"]
 
 _NS_PER_MS = 1_000_000
 _UNIT_NS = 10_000  # verdict times are rounded to 0.01 ms
@@ -37,6 +37,7 @@ class Evaluator:
         # kind, service and root-ness they decide it, so the decision is memoised on them.
         self._keys = sorted({key for _, sel in self._flat for key in sel.attributes})
         self._stage_names = budget.stage_names()
+        self._marks = _mark_table(budget.first_token)
         self._memo: dict[tuple[object, ...], str | None] = {}
 
     def evaluate(self, spans: Sequence[Span], *, evaluated_at: datetime) -> Verdict | None:
@@ -55,7 +56,7 @@ class Evaluator:
         try:
             if not matched:
                 return None
-            return self._judge(spans[0].trace_id, tree, matched, evaluated_at)
+            return self._judge(spans, tree, matched, evaluated_at)
         finally:
             tree.release()
 
@@ -88,11 +89,11 @@ class Evaluator:
         return stage
 
     def _judge(
-        self, trace_id: str, tree: Tree, matched: set[str], evaluated_at: datetime
+        self, spans: Sequence[Span], tree: Tree, matched: set[str], evaluated_at: datetime
     ) -> Verdict:
         budget = self.budget
         root = tree.root
-        first_token = _first_token(tree)
+        first_token = _first_token(tree, self._marks, spans)
         window_end = first_token if first_token is not None else root.end
         uncovered = attribute_window(tree, root.start, window_end)
 
@@ -151,7 +152,7 @@ class Evaluator:
             status = max([total_status, *(r.status for r in results)], key=_severity)
 
         return Verdict(
-            trace_id=trace_id,
+            trace_id=spans[0].trace_id,
             budget=budget.name,
             status=status,
             ttft_ms=ttft_ms,
@@ -204,22 +205,90 @@ def _apportion(parts_ns: list[int], total_ns: int) -> list[float]:
     return [units / 100 for units in floors]
 
 
-def _first_token(tree: Tree) -> int | None:
-    """Start plus the mark of the outermost span that carries a first-token mark."""
+# A mark as the evaluator tries it: (attribute or None, event names, anchor, match).
+_Mark = tuple[str | None, frozenset[str], Selector | None, tuple[Selector, ...]]
+
+
+def _mark_table(marks: Sequence[FirstTokenMark]) -> tuple[_Mark, ...]:
+    return tuple((m.attribute, m.events, m.anchor, m.match) for m in marks)
+
+
+def first_token_ns(
+    tree: Tree, marks: Sequence[FirstTokenMark], spans: Sequence[Span]
+) -> int | None:
+    """The first-token instant of an assembled tree (DESIGN §5 rule 2), or None without one.
+
+    `spans` are the ones the tree was assembled from (event marks read their events).
+    """
+    return _first_token(tree, _mark_table(marks), spans)
+
+
+def _first_token(tree: Tree, marks: tuple[_Mark, ...], spans: Sequence[Span]) -> int | None:
+    """The instant of the outermost span that carries a first-token mark.
+
+    On each span the marks are tried in the budget's order and the first that applies
+    counts; among spans, the shallowest wins, then the earliest start.
+    """
     best: tuple[int, int, int] | None = None
+    root = tree.root
+    by_id: dict[str, Span] | None = None  # built only when an event mark is tried
     for node in tree.nodes:
         if node.virtual:
             continue
-        for key in FIRST_TOKEN_MARKS:
-            value = node.attributes.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-                candidate = (node.depth, node.start, node.start + round(value * 1e9))
-                if best is None or candidate < best:
-                    best = candidate
-                break
+        attributes = node.attributes
+        for key, names, anchor, match in marks:
+            if key is not None:
+                value = attributes.get(key)
+                if not (isinstance(value, int | float) and not isinstance(value, bool)) or (
+                    value < 0
+                ):
+                    continue
+                if match and not _carries(match, node, node is root):
+                    continue
+                base = node.start if anchor is None else _anchor_end(node, anchor)
+                if base is None:
+                    continue
+                instant = base + round(value * 1e9)
+            else:
+                if by_id is None:
+                    by_id = {}
+                    for span in spans:
+                        by_id.setdefault(span.span_id, span)
+                span = by_id[node.span_id]
+                at = next((t for name, t in span.events if name in names), None)
+                if at is None or (match and not _carries(match, node, node is root)):
+                    continue
+                instant = at + (node.start - span.start_ns)  # shifted with the span
+            candidate = (node.depth, node.start, instant)
+            if best is None or candidate < best:
+                best = candidate
+            break
     if best is None:
         return None
-    return max(best[2], tree.root.start)
+    return max(best[2], root.start)
+
+
+def _carries(match: tuple[Selector, ...], node: Node, is_root: bool) -> bool:
+    return any(
+        sel.matches_shape(node.name, node.kind, node.service, is_root)
+        and sel.matches_attributes(node.attributes)
+        for sel in match
+    )
+
+
+def _anchor_end(node: Node, anchor: Selector) -> int | None:
+    """The end of the latest-starting child span that matches `anchor` (a retried request
+    leaves several: the last one answered), or None when no child matches."""
+    found: Node | None = None
+    for child in node.children:
+        if (
+            not child.virtual
+            and anchor.matches_shape(child.name, child.kind, child.service, False)
+            and anchor.matches_attributes(child.attributes)
+            and (found is None or (child.start, child.end) > (found.start, found.end))
+        ):
+            found = child
+    return None if found is None else found.end
 
 
 def _blame(

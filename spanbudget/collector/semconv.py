@@ -6,10 +6,9 @@ names are vLLM's own; `budget.*` are spanbudget's annotations (DESIGN §7).
 
 from __future__ import annotations
 
-# First-token marks (DESIGN §5 rule 2), in seconds.
+# First-token marks (DESIGN §5 rule 2), in seconds: the budget's default marks.
 TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 VLLM_LATENCY_TTFT = "gen_ai.latency.time_to_first_token"
-FIRST_TOKEN_MARKS = (TIME_TO_FIRST_CHUNK, VLLM_LATENCY_TTFT)
 
 # vLLM's request span and the phases it reports, in seconds.
 VLLM_REQUEST_SPAN = "llm_request"
