@@ -125,7 +125,9 @@ def _events(logs: Any, where: str, source: str) -> tuple[SpanEvent, ...]:
         if not isinstance(log, dict):
             raise TraceReadError(source, f"{where}[{n}] must be an object")
         timestamp_us = _integer(log.get("timestamp"), f"{where}[{n}].timestamp", source)
-        fields = log.get("fields") or []
+        fields = log.get("fields")
+        if fields is None:
+            continue
         if not isinstance(fields, list):
             raise TraceReadError(source, f"{where}[{n}].fields must be a list")
         for m, raw_field in enumerate(fields):
