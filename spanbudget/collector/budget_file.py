@@ -294,7 +294,7 @@ def _budget(
         stages.append(_stage(check, node, label))
     warnings = []
     limits = sum(stage.limit_ms for stage in stages)
-    if limits > total_limit:
+    if round(limits, 6) > total_limit:  # not for the float noise of adding decimals
         warnings.append(
             f"{check.source}: the stage limits add up to {limits:g} ms, above the total limit "
             f"{total_limit:g} ms: a trace can overrun in total with every stage within its limit"

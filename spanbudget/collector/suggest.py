@@ -176,8 +176,8 @@ def suggest(
             stage, target_ms=ceil_ms(observed.median_ms), limit_ms=ceil_ms(observed.high_ms)
         )
         suggestions.append(StageSuggestion(numbers, observed))
-    total_target = max(ceil_ms(total.median_ms), _sum(s.stage.target_ms for s in suggestions))
-    total_limit = max(ceil_ms(total.high_ms), _sum(s.stage.limit_ms for s in suggestions))
+    total_target = ceil_ms(max(total.median_ms, _sum(s.stage.target_ms for s in suggestions)))
+    total_limit = ceil_ms(max(total.high_ms, _sum(s.stage.limit_ms for s in suggestions)))
     return Suggestion(
         objective=objective,
         origin=origin or "the span tree's structure",
@@ -232,11 +232,11 @@ def render(suggestion: Suggestion, *, extends: str | None = None) -> str:
     lines.append("total:")
     lines.append(
         f"  target_ms: {number(s.total_target_ms)}  # "
-        + _total_reason("median", s.total, s.total.median_ms, s.total_target_ms, target_sum)
+        + _total_reason("median", s.total, s.total.median_ms, target_sum)
     )
     lines.append(
         f"  limit_ms: {number(s.total_limit_ms)}  # "
-        + _total_reason(high, s.total, s.total.high_ms, s.total_limit_ms, limit_sum)
+        + _total_reason(high, s.total, s.total.high_ms, limit_sum)
     )
     lines.append("slo:")
     lines.append(f"  objective: {s.objective:g}  # limits are the {high} of what was observed")
@@ -251,9 +251,9 @@ def render(suggestion: Suggestion, *, extends: str | None = None) -> str:
     return text
 
 
-def _total_reason(what: str, observed: Observed, value: float, chosen: float, parts: float) -> str:
+def _total_reason(what: str, observed: Observed, value: float, parts: float) -> str:
     name = "p50" if what == "median" else what
-    if chosen == parts and parts > ceil_ms(value):
+    if parts > value:
         return (
             f"the stages add up to {number(parts)} ms, above the {name} of TTFT "
             f"({number(value)} ms): within every stage is within the total"
