@@ -26,7 +26,7 @@ from spanbudget.collector.loadtest.telemetry import loadtest_tracer_provider
 from spanbudget.processes import Child, ChildFailed, Supervisor
 from spanbudget.service.settings import Settings as GatewaySettings
 
-__all__ = ["DemoSettings", "run_demo"]
+__all__ = ["DemoSettings", "ingest_if_needed", "run_demo", "stack_children"]
 
 # Spans leave each process within 200 ms, so verdicts follow the requests closely.
 _CHILD_ENV = {"OTEL_BSP_SCHEDULE_DELAY": "200", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -60,7 +60,7 @@ def _command(*args: str) -> list[str]:
     return [sys.executable, "-m", "spanbudget", *args]
 
 
-def _ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: Console) -> None:
+def ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: Console) -> None:
     # Where the gateway will read, with the same environment (SPANBUDGET_COLLECTION, ...).
     overrides: dict[str, Any] = {"data_dir": settings.data_dir}
     shard = GatewaySettings(**overrides).shard_path
@@ -80,6 +80,60 @@ def _ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: C
     supervisor.children.remove(child)
     if code != 0:
         raise ChildFailed(f"ingest failed with code {code}:\n{child.log_tail()}")
+
+
+def stack_children(settings: DemoSettings) -> list[Child]:
+    """The collector, the engine emulator and the gateway, as the demo starts them (in order).
+
+    bench/cpu.py starts the same composition to measure where the CPU goes.
+    """
+    collector_url = f"http://{settings.collector}"
+    otlp_env = {**_CHILD_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": collector_url}
+    logs = settings.data_dir / "logs"
+    engine_args = ["engine", "--listen", settings.engine]
+    if settings.preset:
+        engine_args += ["--preset", settings.preset]
+    return [
+        Child(
+            "collector",
+            _command(
+                "collect",
+                "--listen",
+                settings.collector,
+                "--budget",
+                str(settings.budget),
+                "--db",
+                str(settings.data_dir / "verdicts.db"),
+                "--decision-wait",
+                settings.decision_wait,
+            ),
+            f"{collector_url}/readyz",
+            logs / "collector.log",
+            _CHILD_ENV,
+        ),
+        Child(
+            "engine",
+            _command(*engine_args),
+            f"http://{settings.engine}/health",
+            logs / "engine.log",
+            otlp_env,
+        ),
+        Child(
+            "gateway",
+            _command(
+                "serve",
+                "--listen",
+                settings.gateway,
+                "--llm-base-url",
+                f"http://{settings.engine}/v1",
+                "--data-dir",
+                str(settings.data_dir),
+            ),
+            f"http://{settings.gateway}/readyz",
+            logs / "gateway.log",
+            {**otlp_env, "SPANBUDGET_API_KEYS": ""},
+        ),
+    ]
 
 
 def what_to_look_at(report: dict[str, Any]) -> str:
@@ -120,54 +174,10 @@ def run_demo(settings: DemoSettings, console: Console) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     collector_url = f"http://{settings.collector}"
-    otlp_env = {**_CHILD_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": collector_url}
     try:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        _ingest_if_needed(settings, supervisor, console)
-        engine_args = ["engine", "--listen", settings.engine]
-        if settings.preset:
-            engine_args += ["--preset", settings.preset]
-        children = [
-            Child(
-                "collector",
-                _command(
-                    "collect",
-                    "--listen",
-                    settings.collector,
-                    "--budget",
-                    str(settings.budget),
-                    "--db",
-                    str(settings.data_dir / "verdicts.db"),
-                    "--decision-wait",
-                    settings.decision_wait,
-                ),
-                f"{collector_url}/readyz",
-                logs / "collector.log",
-                _CHILD_ENV,
-            ),
-            Child(
-                "engine",
-                _command(*engine_args),
-                f"http://{settings.engine}/health",
-                logs / "engine.log",
-                otlp_env,
-            ),
-            Child(
-                "gateway",
-                _command(
-                    "serve",
-                    "--listen",
-                    settings.gateway,
-                    "--llm-base-url",
-                    f"http://{settings.engine}/v1",
-                    "--data-dir",
-                    str(settings.data_dir),
-                ),
-                f"http://{settings.gateway}/readyz",
-                logs / "gateway.log",
-                {**otlp_env, "SPANBUDGET_API_KEYS": ""},
-            ),
-        ]
+        ingest_if_needed(settings, supervisor, console)
+        children = stack_children(settings)
         for child in children:
             supervisor.start(child)
         with console.status("starting the engine emulator, the collector and the gateway"):

@@ -50,8 +50,7 @@ def serve(
     """
     import uvicorn
 
-    from spanbudget.service.assembly import build_gateway, build_store
-    from spanbudget.service.embedding import SentenceTransformerEmbedder
+    from spanbudget.service.assembly import build_embedder, build_gateway, build_store
     from spanbudget.service.telemetry import build_tracer_provider
     from spanbudget.service.tokens import load_tokenizer
 
@@ -63,12 +62,7 @@ def serve(
         listen=listen, llm_base_url=llm_base_url, data_dir=data_dir, faults=faults or None
     )
     provider = build_tracer_provider("rag-gateway")
-    if settings.embedding_threads:
-        import torch
-
-        # Process-wide, hence here at the entry point and not in the library.
-        torch.set_num_threads(settings.embedding_threads)
-    embedder = SentenceTransformerEmbedder()
+    embedder, stop_embedder = build_embedder(settings)
     store = build_store(settings, embedder.dimension)
     try:
         app = build_gateway(
@@ -92,8 +86,11 @@ def serve(
         # below closes the store and flushes the spans, and the process exits 0.
         for stop_signal in (signal.SIGINT, signal.SIGTERM):
             signal.signal(stop_signal, lambda _signum, _frame: None)
-        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()
+        # No access log: a line per request is CPU the request path pays for.
+        config = uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False)
+        uvicorn.Server(config).run()
     finally:
+        stop_embedder()
         store.close()
         provider.shutdown()
 

@@ -66,9 +66,19 @@ class Settings(BaseSettings):
     )
     # qdrant-client compares its version with the server's in a background thread.
     qdrant_check_compatibility: bool = True
-    # Query embeddings are tiny: one intra-op thread answers them faster than two on a small
-    # machine and leaves a core to the event loop (0 keeps torch's default).
+    # Query embeddings are tiny: one intra-op thread answers them about as fast as two on a
+    # small machine and leaves a core to the event loop (0 keeps torch's default).
     embedding_threads: int = Field(1, ge=0)
+    # The model in a process of its own (embedding_process.py), so that its forward pass
+    # does not wait on the event loop for the interpreter lock; false runs it in a thread.
+    embedding_process: bool = True
+    # The embedding process's nice (and its scheduling group's): the model is on every
+    # request's path, so on a busy machine it goes first. Needs root or CAP_SYS_NICE.
+    embedding_nice: int = Field(-10, ge=-20, le=19)
+    # Queries embedded in one model call at most, and how long one that finds the model
+    # idle may wait for others to join it (0: it goes at once).
+    embedding_max_batch: int = Field(32, ge=1)
+    embedding_batch_wait_ms: float = Field(0.0, ge=0, le=100)
     top_k: int = Field(5, ge=1, le=100)
     hnsw_m: int = Field(16, ge=4)
     hnsw_ef_construct: int = Field(100, ge=4)

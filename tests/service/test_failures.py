@@ -212,8 +212,8 @@ async def test_client_disconnect_cancels_upstream_and_ends_every_span(
     assert (chat.attributes or {})["error.type"] == "client_disconnected"
     server_span = names["POST /v1/chat/completions"]
     assert (server_span.attributes or {})["error.type"] == "client_disconnected"
-    # Every span that started has ended: the 9 spans of the request are all exported.
-    assert len(gateway.spans()) == 9
+    # Every span that started has ended: the 10 spans of the request are all exported.
+    assert len(gateway.spans()) == 10
 
 
 async def test_client_gone_before_the_stream_starts_still_ends_every_span(
