@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test test-install lint typecheck unit bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest
+
+# The wheel with [reference] in a fresh venv, running the demo from another directory:
+# a few minutes more, so CI (.ci/run) runs it after `make test`.
+test-install: $(STAMP)
+	$(BIN)/pytest -m reference_install tests/install
 
 # Every benchmark in turn; each prints its own table (a few minutes in all).
 bench: $(STAMP)

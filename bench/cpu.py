@@ -180,7 +180,6 @@ def measure(
 ) -> list[Measured]:
     settings = DemoSettings(
         data_dir=args.data_dir,
-        budget=REPO / "budget.yaml",
         gateway=f"127.0.0.1:{args.port_base + 80}",
         engine=f"127.0.0.1:{args.port_base}",
         collector=f"127.0.0.1:{args.port_base + 18}",
@@ -190,7 +189,7 @@ def measure(
     try:
         args.data_dir.mkdir(parents=True, exist_ok=True)
         ingest_if_needed(settings, supervisor, console)
-        children = stack_children(settings)
+        children = stack_children(settings, REPO / "budget.yaml")
         for child in children:
             if child.name == "gateway":
                 child.env = {**child.env, **env}

@@ -7,10 +7,15 @@ tokenizer, Qdrant) inside its body, so `spanbudget --help` stays fast.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from spanbudget.extras import exit_unless_installed
+from spanbudget.terminal import HELP_WIDTH, make_console, print_error
 
 __all__ = ["app", "main"]
 
@@ -28,7 +33,9 @@ app = typer.Typer(
     help="End-to-end latency budget tracer for LLM request paths, on OpenTelemetry.",
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode="rich",
+    # Markdown: a help text's paragraphs are reflowed to the width, not broken where the
+    # docstring's lines end; indented blocks (the examples) stay as written.
+    rich_markup_mode="markdown",
 )
 
 
@@ -42,8 +49,14 @@ for module_name, names in COMMAND_MODULES:
     for name in names:
         app.command(name)(getattr(module, name))
 
+_budget_cli = importlib.import_module("spanbudget.collector.cli")
+app.add_typer(_budget_cli.budget_app, name="budget")
+
 
 def main() -> None:
+    if not sys.stdout.isatty():
+        # Off a terminal typer would wrap --help at 80 columns, cutting the examples.
+        os.environ.setdefault("TERMINAL_WIDTH", str(HELP_WIDTH))
     app()
 
 
@@ -55,7 +68,10 @@ def demo(
         bool, typer.Option("--exit", help="Stop after the report instead of staying up.")
     ] = False,
     data_dir: Annotated[Path, typer.Option(help="Qdrant shard, verdicts, logs.")] = Path("data"),
-    budget: Annotated[Path, typer.Option(help="The allocation table.")] = Path("budget.yaml"),
+    budget: Annotated[
+        Path | None,
+        typer.Option(help="The allocation table (default ./budget.yaml, else the packaged one)."),
+    ] = None,
     rate: Annotated[float, typer.Option(help="Nominal requests per second.")] = 2.0,
     burst_rate: Annotated[float, typer.Option(help="Requests per second in the burst.")] = 16.0,
     preset: Annotated[
@@ -77,15 +93,14 @@ def demo(
 
         spanbudget demo --duration 30s --exit
     """
-    from rich.console import Console
-
+    exit_unless_installed("demo")
     from spanbudget.collector.durations import parse_duration
     from spanbudget.demo import DemoSettings, run_demo
 
     try:
         duration_s = parse_duration(duration)
     except ValueError as exc:
-        typer.echo(f"error: --duration: {exc}", err=True)
+        print_error(f"--duration: {exc}")
         raise typer.Exit(2) from None
     settings = DemoSettings(
         duration_s=duration_s,
@@ -100,4 +115,4 @@ def demo(
         engine=engine_listen,
         collector=collector_listen,
     )
-    raise typer.Exit(run_demo(settings, Console()))
+    raise typer.Exit(run_demo(settings, make_console()))

@@ -18,8 +18,10 @@ from types import FrameType
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from spanbudget.collector.budget_file import BudgetError, load_budget
+from spanbudget.collector.budget_source import find_budget
 from spanbudget.collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, new_run_id
 from spanbudget.collector.loadtest.schedule import Arrival, Phase
 from spanbudget.collector.loadtest.telemetry import loadtest_tracer_provider
@@ -38,7 +40,7 @@ class DemoSettings:
     out: Path | None = None
     exit_after: bool = False
     data_dir: Path = Path("data")
-    budget: Path = Path("budget.yaml")
+    budget: Path | None = None  # ./budget.yaml, else the packaged default
     gateway: str = "127.0.0.1:8080"
     engine: str = "127.0.0.1:8000"
     collector: str = "127.0.0.1:4318"
@@ -82,7 +84,7 @@ def ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: Co
         raise ChildFailed(f"ingest failed with code {code}:\n{child.log_tail()}")
 
 
-def stack_children(settings: DemoSettings) -> list[Child]:
+def stack_children(settings: DemoSettings, budget: Path) -> list[Child]:
     """The collector, the engine emulator and the gateway, as the demo starts them (in order).
 
     bench/cpu.py starts the same composition to measure where the CPU goes.
@@ -101,7 +103,7 @@ def stack_children(settings: DemoSettings) -> list[Child]:
                 "--listen",
                 settings.collector,
                 "--budget",
-                str(settings.budget),
+                str(budget),
                 "--db",
                 str(settings.data_dir / "verdicts.db"),
                 "--decision-wait",
@@ -157,10 +159,12 @@ def what_to_look_at(report: dict[str, Any]) -> str:
 
 def run_demo(settings: DemoSettings, console: Console) -> int:
     """Run the demo; returns 0 when the report was made, 2 when the stack or the run failed."""
+    source = find_budget(settings.budget)
+    console.print(source.describe(), highlight=False)
     try:
-        loaded = load_budget(settings.budget)
+        loaded = load_budget(source.path)
     except BudgetError as exc:  # before any child starts: nothing to stop
-        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return EXIT_FAILED
     run_id = new_run_id("demo")
     out = settings.out or Path("runs") / run_id
@@ -177,7 +181,7 @@ def run_demo(settings: DemoSettings, console: Console) -> int:
     try:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         ingest_if_needed(settings, supervisor, console)
-        children = stack_children(settings)
+        children = stack_children(settings, source.path)
         for child in children:
             supervisor.start(child)
         with console.status("starting the engine emulator, the collector and the gateway"):
@@ -210,7 +214,7 @@ def run_demo(settings: DemoSettings, console: Console) -> int:
             report, _ = test.run(provider, console)
             code = 0
         except RunFailed as exc:
-            console.print(f"[bold red]run failed:[/] {exc}")
+            console.print(f"[bold red]run failed:[/] {escape(str(exc))}")
             code = EXIT_FAILED
         finally:
             provider.shutdown()
@@ -230,7 +234,7 @@ def run_demo(settings: DemoSettings, console: Console) -> int:
         console.print("\nstopping")
         return 0
     except ChildFailed as exc:
-        console.print(f"[bold red]stack failed:[/] {exc}")
+        console.print(f"[bold red]stack failed:[/] {escape(str(exc))}")
         return EXIT_FAILED
     finally:
         for sig, handler in previous.items():

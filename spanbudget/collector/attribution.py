@@ -1,10 +1,10 @@
 """Trace assembly and exclusive critical-path attribution (DESIGN §5, rules 1, 3 and 5).
 
 `assemble` turns a flat list of spans into a tree: one root, orphans under it, duplicate
-spans dropped, remote children shifted into their parents as Jaeger's clock-skew adjuster
-does, and vLLM's `llm_request` expanded into its phases. `attribute_window` then clips
-the tree to the TTFT window and walks the critical path back from the first token, giving
-every instant of the window to exactly one node.
+spans dropped, remote children shifted into their parents (after the idea of Jaeger's
+clock-skew adjuster), and vLLM's `llm_request` expanded into its phases.
+`attribute_window` then clips the tree to the TTFT window and walks the critical path back
+from the first token, giving every instant of the window to exactly one node.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from spanbudget.collector.spans import AttrValue, Span, SpanKind
 __all__ = ["Classifier", "Node", "Tree", "assemble", "attribute_window"]
 
 _NS_PER_S = 1_000_000_000
+_PRODUCER, _CONSUMER = SpanKind.PRODUCER, SpanKind.CONSUMER
 
 
 @dataclass(slots=True, eq=False)
@@ -30,7 +31,8 @@ class Node:
     """A span placed in the tree, with skew-adjusted (`start`, `end`) times in ns.
 
     Virtual nodes stand for the phases of a vLLM request; their `span_id` is the request
-    span's id with the phase appended.
+    span's id with the phase appended. `attribute_window` reorders `children`: first the
+    `walkable` ones in the order the walk tries them, then those off the critical path.
     """
 
     span_id: str
@@ -48,6 +50,7 @@ class Node:
     stage: str | None = None
     self_ns: int = 0  # exclusive time on the critical path, set by attribute_window
     on_path: bool = False  # the critical path passes through it, set by attribute_window
+    walkable: int = 0  # how many of `children` the walk may enter, set by attribute_window
 
 
 Classifier = Callable[["Node", bool], "str | None"]  # (node, is_root) -> its own stage
@@ -204,7 +207,7 @@ def assemble(spans: Sequence[Span], classify: Classifier | None = None) -> Tree 
 
 
 def _skew_shift(parent: Node, child: Node) -> int:
-    """Jaeger's adjustment: centre the child in its parent, or align starts if longer."""
+    """Centre the child in its parent, or align their starts if it is longer (§5.3)."""
     child_duration = child.end - child.start
     parent_duration = parent.end - parent.start
     if child_duration >= parent_duration:
@@ -215,30 +218,49 @@ def _skew_shift(parent: Node, child: Node) -> int:
 def attribute_window(tree: Tree, window_start: int, window_end: int) -> int:
     """Clip the tree to `[window_start, window_end]` and set every node's `self_ns`.
 
-    Walks back from the window's end as Jaeger's critical path does: at each node, descend
-    into the child that finished last at or before the cursor; time not covered that way
-    is the node's own. Returns the window time that no node covers (before the root
-    started or after it ended), so that the nodes' `self_ns` plus the return value always
-    equal the window.
+    Every node is clipped to its (already clipped) parent, the root to the window. A child
+    left with no time inside its parent (it starts at or after the parent's end, or ends
+    at or before the parent's start) is off the walk, with its subtree; so is a CONSUMER
+    child of a PRODUCER, which does not block it (Jaeger's rules). Then walk back from the
+    window's end as Jaeger's critical path does: at each node, descend into the child with
+    the latest clipped end at or before the cursor; among equal ends, the earliest start
+    before clipping wins, then the lowest span id. Time not covered that way is the
+    node's own. Returns the window time that no node covers (before the root started or
+    after it ended), so that the nodes' `self_ns` plus the return value always equal the
+    window. It works in place, once per tree.
     """
+    root = tree.root
+    root.start = start = min(max(root.start, window_start), window_end)
+    root.end = min(max(root.end, start), window_end)
     for node in tree.nodes:  # parents come before their children
-        parent = node.parent
-        low, high = (window_start, window_end) if parent is None else (parent.start, parent.end)
-        start = node.start
-        node.start = start = low if start < low else high if start > high else start
-        end = node.end
-        node.end = start if end < start else high if end > high else end
         node.self_ns = 0
         node.on_path = False
-        if len(node.children) > 1:
-            node.children.sort(key=_end_key, reverse=True)
-    _walk(tree.root, tree.root.end)
-    uncovered = (tree.root.start - window_start) + (window_end - tree.root.end)
+        kids = node.children
+        if not kids:
+            node.walkable = 0
+            continue
+        low, high = node.start, node.end
+        producer = node.kind is _PRODUCER
+        ranked: list[tuple[int, int, str, Node]] = []
+        off: list[Node] = []
+        for kid in kids:  # clip each child, keeping its start before clipping at hand
+            start, end = kid.start, kid.end
+            kid.start = clipped = low if start < low else high if start > high else start
+            kid.end = clipped if end < clipped else high if end > high else end
+            if (start >= high if start >= low else end <= low) or (
+                producer and kid.kind is _CONSUMER
+            ):
+                off.append(kid)
+            else:  # latest clipped end first; span ids are unique, nodes never compare
+                ranked.append((-kid.end, start, kid.span_id, kid))
+        node.walkable = len(ranked)
+        if len(ranked) > 1:
+            ranked.sort()
+        if off or len(ranked) > 1:  # the walk's children in its order, then the rest
+            node.children = [entry[3] for entry in ranked] + off
+    _walk(root, root.end)
+    uncovered = (root.start - window_start) + (window_end - root.end)
     return max(0, uncovered)
-
-
-def _end_key(node: Node) -> tuple[int, int, str]:
-    return (node.end, node.start, node.span_id)  # the id makes ties independent of input order
 
 
 def _walk(node: Node, cursor: int) -> None:
@@ -249,9 +271,10 @@ def _walk(node: Node, cursor: int) -> None:
         current, cursor, index = stack.pop()
         current.on_path = True
         kids = current.children
-        while index < len(kids) and kids[index].end > cursor:
+        count = current.walkable
+        while index < count and kids[index].end > cursor:
             index += 1  # overlaps the cursor or ends after it: not on the path
-        if index < len(kids):
+        if index < count:
             child = kids[index]
             current.self_ns += cursor - child.end
             stack.append((current, child.start, index + 1))

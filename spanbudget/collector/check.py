@@ -18,6 +18,7 @@ from spanbudget.collector.budget import Budget
 from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.spans import Span, group_by_trace
 from spanbudget.collector.verdict import Status, Verdict
+from spanbudget.terminal import print_wide
 
 __all__ = [
     "CheckResult",
@@ -148,7 +149,7 @@ def render_table(result: CheckResult, budget: Budget, console: Console) -> None:
             cells.append(_ms(verdict.unattributed_ms))
         cells.append(", ".join(verdict.blame))
         table.add_row(*cells)
-    console.print(table)
+    print_wide(console, table)
     counts: dict[str, int] = {}
     for verdict in result.verdicts:
         counts[verdict.status.value] = counts.get(verdict.status.value, 0) + 1

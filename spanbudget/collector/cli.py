@@ -1,4 +1,4 @@
-"""Commands of the measuring side: `check` (and, as they land, `collect`, `loadtest`, `report`).
+"""Commands of the measuring side: `check`, and `budget init` under the `budget` group.
 
 Each function is a typer command registered by `spanbudget.cli`; errors become exit codes
 and messages here, at the edge.
@@ -11,13 +11,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+from rich.markup import escape
 
 from spanbudget.collector.check import FailOn
+from spanbudget.terminal import make_console, print_error
 
-__all__ = ["OutputFormat", "check"]
+__all__ = ["BUDGET_HELP", "OutputFormat", "budget_app", "check", "init"]
 
-DEFAULT_BUDGET = Path("budget.yaml")
+BUDGET_HELP = "The allocation table (default ./budget.yaml, else the packaged one)."
+
+budget_app = typer.Typer(
+    help="The allocation table: write the default to edit.", no_args_is_help=True
+)
 
 
 class OutputFormat(enum.Enum):
@@ -26,7 +31,7 @@ class OutputFormat(enum.Enum):
 
 
 def _fail(message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    print_error(message)
     return typer.Exit(2)
 
 
@@ -35,7 +40,7 @@ def check(
         list[Path] | None,
         typer.Argument(help="Trace files (OTLP JSON/JSONL/protobuf, Jaeger JSON) or folders."),
     ] = None,
-    budget: Annotated[Path, typer.Option(help="The allocation table.")] = DEFAULT_BUDGET,
+    budget: Annotated[Path | None, typer.Option(help=BUDGET_HELP)] = None,
     output: Annotated[
         OutputFormat, typer.Option("--format", help="A table for people, JSON for programs.")
     ] = OutputFormat.TABLE,
@@ -60,6 +65,7 @@ def check(
         spanbudget check --jaeger-url http://127.0.0.1:16686 --service rag-gateway --since 15m
     """
     from spanbudget.collector.budget_file import BudgetError, load_budget
+    from spanbudget.collector.budget_source import find_budget
     from spanbudget.collector.check import (
         evaluate_spans,
         exit_code,
@@ -70,12 +76,15 @@ def check(
     from spanbudget.collector.durations import parse_duration
     from spanbudget.collector.readers import TraceReadError, read_jaeger_api, read_traces
 
+    notices = make_console(stderr=True)
+    source = find_budget(budget)
+    notices.print(source.describe())
     try:
-        loaded = load_budget(budget)
+        loaded = load_budget(source.path)
     except BudgetError as exc:
         raise _fail(str(exc)) from None
     for warning in loaded.warnings:
-        Console(stderr=True).print(f"[yellow]warning:[/] {warning}", highlight=False)
+        notices.print(f"[yellow]warning:[/] {escape(warning)}")
     if (jaeger_url is None) == (not paths):
         raise _fail("give trace files, or --jaeger-url with --service (not both)")
     try:
@@ -97,5 +106,32 @@ def check(
     if output is OutputFormat.JSON:
         typer.echo(render_json(result))
     else:
-        render_table(result, loaded.budget, Console())
+        render_table(result, loaded.budget, make_console())
     raise typer.Exit(exit_code(result.verdicts, fail_on))
+
+
+@budget_app.command()
+def init(
+    path: Annotated[
+        Path, typer.Argument(help="Where to write it: a file, or a folder to hold budget.yaml.")
+    ] = Path("."),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write the default allocation table (the one used when none is given) to edit.
+
+    Every command that takes --budget reads ./budget.yaml when it is there, so after this
+    the edited copy is the one in force in this directory.
+
+    Example:
+
+        spanbudget budget init && $EDITOR budget.yaml && spanbudget check traces.jsonl
+    """
+    from spanbudget.collector.budget_source import write_default_budget
+
+    try:
+        written = write_default_budget(path, force=force)
+    except FileExistsError as exc:
+        raise _fail(f"{exc} exists; edit it, or pass --force to replace it") from None
+    except OSError as exc:
+        raise _fail(f"cannot write {path}: {exc.strerror or exc}") from None
+    typer.echo(f"wrote {written}")

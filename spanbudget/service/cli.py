@@ -11,6 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
+from spanbudget.extras import exit_unless_installed
+
 __all__ = ["ingest", "serve"]
 
 
@@ -46,8 +48,11 @@ def serve(
     Spans go where OTEL_EXPORTER_OTLP_ENDPOINT says (default the collector on :4318); API
     keys come from SPANBUDGET_API_KEYS (comma-separated; none set means auth is off).
 
-    Example:  spanbudget serve --listen 127.0.0.1:8080 --llm-base-url http://127.0.0.1:8000/v1
+    Example:
+
+        spanbudget serve --listen 127.0.0.1:8080 --llm-base-url http://127.0.0.1:8000/v1
     """
+    exit_unless_installed("serve")
     import uvicorn
 
     from spanbudget.service.assembly import build_embedder, build_gateway, build_store
@@ -107,8 +112,11 @@ def ingest(
 
     Re-running is idempotent: chunk ids depend on the source and position only.
 
-    Example:  spanbudget ingest docs/ README.md --data-dir ./data
+    Example:
+
+        spanbudget ingest docs/ README.md --data-dir ./data
     """
+    exit_unless_installed("ingest")
     from rich.progress import Progress
 
     from spanbudget.service.assembly import build_store

@@ -4,7 +4,6 @@ Alertmanager (Debian's, started here on 127.0.0.1), retried while it is down."""
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,61 +17,15 @@ import pytest
 from spanbudget.collector.alerts.engine import AlertSettings
 from spanbudget.collector.alerts.wiring import build_alerting
 from spanbudget.collector.budget_file import load_budget
+from tests.alerts.alertmanager import Alertmanager
 from tests.collector.harness import running_collector
 from tests.otlp_build import to_request
-from tests.servers import free_port, wait_until
+from tests.servers import wait_until
 from tests.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 BUDGET = load_budget(REPO / "budget.yaml").budget
 PROTOBUF = "application/x-protobuf"
-
-
-class Alertmanager:
-    """A real single-node Alertmanager on loopback that can be stopped and started again."""
-
-    def __init__(self, binary: str, workdir: Path) -> None:
-        self.binary = binary
-        self.workdir = workdir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.config = workdir / "am.yml"
-        self.config.write_text('route: {receiver: "null"}\nreceivers: [{name: "null"}]\n')
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                self.binary,
-                f"--config.file={self.config}",
-                f"--storage.path={self.workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--cluster.listen-address=",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("alertmanager did not start")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
-            self.process = None
-
-    def alerts(self, **labels: str) -> list[dict[str, Any]]:
-        filters = [f'{k}="{v}"' for k, v in labels.items()]
-        response = httpx.get(f"{self.url}/api/v2/alerts", params={"filter": filters}, timeout=5)
-        response.raise_for_status()
-        return list(response.json())
 
 
 @pytest.fixture

@@ -83,8 +83,9 @@ def test_retrieval_overruns_page_once_then_resolve(budget: Budget) -> None:
     resent = [a for a in sent[before:] if a.severity == "page"]
     assert len(resent) == 1
     assert resent[0].starts_at == page.starts_at
-    # Overruns stop: once the short window holds only good traces, the page resolves.
-    feed(alerts, clock, verdicts(budget, 40, 200), every_s=0.05)
+    # Overruns stop: once the short windows of both page rules hold only good traces and
+    # the hold is over, the page resolves (6x over 1m/5s, held 2.5 s, is the last one).
+    feed(alerts, clock, verdicts(budget, 200, 200), every_s=0.05)
     resolved = [a for a in sent if a.severity == "page" and a.resolved]
     assert len(resolved) == 1
     assert resolved[0].ends_at is not None
@@ -145,13 +146,17 @@ def test_rolling_counts_cover_the_whole_window() -> None:
     assert counts.ratio(11.0, "a") == (0.0, 0)  # its whole slice is over 10 s old
 
 
-def test_default_rules_are_the_workbooks() -> None:
-    assert [(r.severity, r.factor, r.long_s, r.short_s) for r in DEFAULT_RULES] == [
-        ("page", 14.4, 3600, 300),
-        ("page", 6.0, 21600, 1800),
-        ("ticket", 1.0, 259200, 21600),
+def test_default_rules_are_the_workbooks_with_pyrras_for() -> None:
+    assert [
+        (r.severity, r.factor, r.long_s, r.short_s, r.for_s, r.keep_firing_s) for r in DEFAULT_RULES
+    ] == [
+        ("page", 14.4, 3600, 300, 120, 120),
+        ("page", 6.0, 21600, 1800, 900, 900),
+        ("ticket", 1.0, 259200, 21600, 10800, 10800),
     ]
     assert BurnRule("page", 14.4, 3600, 300).describe() == "14.4x over 1h and 5m"
+    scaled = DEFAULT_RULES[0].scaled(1 / 60)
+    assert (scaled.long_s, scaled.short_s, scaled.for_s, scaled.keep_firing_s) == (60, 5, 2, 2)
 
 
 def test_a_reload_that_renames_the_budget_resolves_its_firing_alerts(budget: Budget) -> None:

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
+from spanbudget.collector.alerts.engine import AlertEngine
 from spanbudget.collector.budget_file import load_budget
 from spanbudget.collector.live.api import create_app
 from spanbudget.collector.live.forward import Forwarder
@@ -87,9 +88,11 @@ def running_collector(
     *,
     listeners: Sequence[VerdictListener] = (),
     forward_url: str | None = None,
+    alerts: AlertEngine | None = None,
     **overrides: Any,
 ) -> Iterator[Collector]:
-    """A collector with a short decision wait, its store under `tmp_path`."""
+    """A collector with a short decision wait, its store under `tmp_path`; `alerts` is
+    served on /api/alerts (pass it in `listeners` too, for it to see the verdicts)."""
     values: dict[str, Any] = {
         "db_path": tmp_path / "verdicts.db",
         "budget_path": BUDGET,
@@ -119,7 +122,7 @@ def running_collector(
     )
     pipeline.start()
     try:
-        with ServerThread(create_app(pipeline)) as server:
+        with ServerThread(create_app(pipeline, alerts=alerts)) as server:
             collector = Collector(pipeline, registry, server.url)
             try:
                 yield collector

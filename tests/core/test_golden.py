@@ -248,12 +248,15 @@ def test_retrieval_absent(budget: Budget) -> None:
     assert verdict.ttft_ms == 140.0
 
 
-def test_error_span_fails_the_trace(budget: Budget) -> None:
+@pytest.mark.parametrize("client_root", [True, False])
+def test_error_span_fails_the_trace(budget: Budget, client_root: bool) -> None:
     # The chat span failed after streaming began: a broken stream is a failed request.
-    verdict = judge(budget, rag_trace(chat_error=True))
+    # The span started before the first token, so it is on the critical path, with or
+    # without the caller's span around the server's.
+    verdict = judge(budget, rag_trace(chat_error=True, client_root=client_root))
     assert verdict.status is Status.ERROR
     assert verdict.total_status is Status.OK
-    assert verdict.ttft_ms == 140.0
+    assert verdict.ttft_ms == (140.0 if client_root else 135.0)
 
 
 def test_no_first_token_is_incomplete(budget: Budget) -> None:

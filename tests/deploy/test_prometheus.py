@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from spanbudget.collector.alerts.burnrate import DEFAULT_RULES, human_duration
+
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = REPO / "spanbudget" / "collector" / "prometheus"
 ALERTMANAGER = REPO / "spanbudget" / "collector" / "alertmanager" / "alertmanager.yml"
@@ -62,7 +64,27 @@ def test_rule_unit_tests_pass_14_4x_burn_pages_and_half_x_stays_silent(promtool:
     assert any("15x burn" in n and "pages" in n for n in names)
     assert any("exactly 14.4x pages" in n for n in names)
     assert any("0.5x burn stays silent" in n for n in names)
+    assert any("less than the 2m for never pages" in n for n in names)
+    assert any("held 2m" in n for n in names)
     _run([promtool, "test", "rules", str(test_file)])
+
+
+@pytest.mark.parametrize("setting", ["for", "keep_firing_for"])
+def test_rule_unit_tests_fail_without_the_fast_pages_for_or_hold(
+    promtool: str, tmp_path: Path, setting: str
+) -> None:
+    """The unit tests pin the pending time and the hold: dropping either must break them."""
+    rules_text = (PROMETHEUS / "budget-alerts.yml").read_text()
+    line = f"        {setting}: 2m\n"
+    assert rules_text.count(line) == 1
+    (tmp_path / "budget-alerts.yml").write_text(rules_text.replace(line, ""))
+    test_file = tmp_path / "budget-alerts.test.yml"
+    test_file.write_text((PROMETHEUS / "budget-alerts.test.yml").read_text())
+    result = subprocess.run(
+        [promtool, "test", "rules", str(test_file)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode != 0
+    assert "SpanbudgetBurnRateFast" in result.stdout + result.stderr
 
 
 def test_rule_unit_tests_fail_when_the_page_threshold_is_wrong(
@@ -97,9 +119,33 @@ def test_alerts_follow_the_multiwindow_multiburn_table(rules: list[dict[str, Any
             f"spanbudget:burn_rate:rate{short_w} >= {labels['burn_rate_threshold']}"
         )
         assert rule["expr"] == expected
-        assert "for" not in rule, "the short window does the resetting"
         found.add((rule["alert"], labels["severity"], long_w, short_w, rate))
     assert found == BURN_RATE_ALERTS
+
+
+def test_alerts_wait_and_hold_as_long_as_the_collectors_own(rules: list[dict[str, Any]]) -> None:
+    """The same `for` and hold as the collector's default rules, rule for rule."""
+    in_file = {
+        (r["labels"]["long_window"], r["labels"]["short_window"]): (r["for"], r["keep_firing_for"])
+        for r in rules
+        if "alert" in r
+    }
+    in_collector = {
+        (human_duration(r.long_s), human_duration(r.short_s)): (
+            human_duration(r.for_s),
+            human_duration(r.keep_firing_s),
+        )
+        for r in DEFAULT_RULES
+    }
+    assert (
+        in_file
+        == in_collector
+        == {
+            ("1h", "5m"): ("2m", "2m"),
+            ("6h", "30m"): ("15m", "15m"),
+            ("3d", "6h"): ("3h", "3h"),
+        }
+    )
 
 
 def test_rule_numbers_match_budget_yaml(

@@ -2,7 +2,9 @@
 
 For each stage (and the total) the error rate is the share of judged traces over that
 stage's limit; the burn rate is that share divided by the error budget, 1 - objective.
-A rule fires when both its long and its short window burn at or above its factor.
+A rule burns when both its long and its short window burn at or above its factor; it
+fires once it has burned for `for_s` without a break, and resolves once it has stayed
+under for `keep_firing_s` (the engine keeps that state, see `engine.py`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from spanbudget.collector.budget import Budget
 from spanbudget.collector.verdict import Status, Verdict
@@ -21,6 +24,7 @@ __all__ = [
     "BurnRule",
     "BurnWindows",
     "RollingCounts",
+    "WindowBurn",
     "human_duration",
     "over_limit",
 ]
@@ -30,24 +34,52 @@ TOTAL = "total"  # the pseudo-stage for the whole time to first token
 
 @dataclass(frozen=True, slots=True)
 class BurnRule:
+    """One multi-window rule: `factor` over both windows, for `for_s`, held `keep_firing_s`."""
+
     severity: str
     factor: float
     long_s: float
     short_s: float
+    for_s: float = 0.0  # burning this long without a break before it fires (Prometheus `for`)
+    keep_firing_s: float = 0.0  # under this long before it resolves (`keep_firing_for`)
 
     def scaled(self, scale: float) -> BurnRule:
-        return BurnRule(self.severity, self.factor, self.long_s * scale, self.short_s * scale)
+        """Every duration times `scale`: the windows, the pending time and the hold."""
+        return BurnRule(
+            self.severity,
+            self.factor,
+            self.long_s * scale,
+            self.short_s * scale,
+            self.for_s * scale,
+            self.keep_firing_s * scale,
+        )
 
     def describe(self) -> str:
         long, short = human_duration(self.long_s), human_duration(self.short_s)
         return f"{self.factor:g}x over {long} and {short}"
 
 
+# The windows and factors are the SRE workbook's (chapter 5, "Alerting on SLOs", table 5-8).
+# Its recommended rules carry no `for`, and neither do the rules Sloth generates: both rely
+# on the short window alone. Pyrra's do (slo/rules.go, `Windows`, for a 28-day objective):
+# `for: 2m` on 14x over 1h/5m, `15m` on 7x over 6h/30m, `1h` on 2x over 1d/2h and `3h` on
+# 1x over 4d/6h, "half short" -- about half the short window. We take Pyrra's `for` for the
+# workbook's windows (3h for the ticket, whose short window is Pyrra's 6h), and hold a
+# firing rule as long before it resolves, so that it flaps neither way. The same values are
+# in prometheus/budget-alerts.yml (`for`, `keep_firing_for`); tests/deploy checks they agree.
 DEFAULT_RULES = (
-    BurnRule("page", 14.4, 3600, 300),
-    BurnRule("page", 6.0, 6 * 3600, 1800),
-    BurnRule("ticket", 1.0, 3 * 86400, 6 * 3600),
+    BurnRule("page", 14.4, 3600, 300, for_s=120, keep_firing_s=120),
+    BurnRule("page", 6.0, 6 * 3600, 1800, for_s=900, keep_firing_s=900),
+    BurnRule("ticket", 1.0, 3 * 86400, 6 * 3600, for_s=3 * 3600, keep_firing_s=3 * 3600),
 )
+
+
+class WindowBurn(NamedTuple):
+    """One stage over one window: its burn rate and the counts behind it."""
+
+    burn: float
+    judged: int  # judged traces in the window
+    over: int  # of which over the stage's limit
 
 
 def human_duration(seconds: float) -> str:
@@ -105,13 +137,15 @@ class RollingCounts:
                 counts[i] += 1
                 self._sums[i] += 1
 
+    def counts(self, now: float, stage: str) -> tuple[int, int]:
+        """(traces over the limit, judged traces) in the window ending at `now`."""
+        self._expire(now)
+        return self._sums[self._index[stage]], self._sums[-1]
+
     def ratio(self, now: float, stage: str) -> tuple[float, int]:
         """(share over limit, judged traces) in the window ending at `now`."""
-        self._expire(now)
-        judged = self._sums[-1]
-        if not judged:
-            return 0.0, 0
-        return self._sums[self._index[stage]] / judged, judged
+        over, judged = self.counts(now, stage)
+        return (over / judged if judged else 0.0), judged
 
 
 class BurnWindows:
@@ -128,7 +162,8 @@ class BurnWindows:
         for window in self._windows.values():
             window.add(now, over)
 
-    def burn(self, now: float, stage: str, window_s: float) -> tuple[float, int]:
-        """(burn rate, judged traces) of `stage` over the window of `window_s`."""
-        ratio, judged = self._windows[window_s].ratio(now, stage)
-        return ratio / self.error_budget, judged
+    def burn(self, now: float, stage: str, window_s: float) -> WindowBurn:
+        """The burn rate of `stage` over the window of `window_s`, with its counts."""
+        over, judged = self._windows[window_s].counts(now, stage)
+        share = over / judged if judged else 0.0
+        return WindowBurn(share / self.error_budget, judged, over)

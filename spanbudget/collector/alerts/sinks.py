@@ -23,9 +23,15 @@ log = logging.getLogger(__name__)
 
 
 class AlertSink(Protocol):
-    """Delivers alerts; raises on failure so the dispatcher retries."""
+    """Delivers alerts; raises on failure so the dispatcher retries.
+
+    `takes_resends`: whether the sink also wants the periodic re-sends of a firing alert
+    (Alertmanager does: it resolves an alert that is not re-sent); the others get each
+    change of state once, firing and resolved.
+    """
 
     name: str
+    takes_resends: bool
 
     def deliver(self, alerts: Sequence[Alert]) -> None: ...
 
@@ -40,6 +46,7 @@ class AlertmanagerSink:
     """`POST /api/v2/alerts` with `postableAlerts` (Alertmanager's OpenAPI spec)."""
 
     name = "alertmanager"
+    takes_resends = True
 
     def __init__(
         self, url: str, *, client: httpx.Client | None = None, resend_s: float = 60.0
@@ -76,6 +83,7 @@ class WebhookSink:
     """A generic JSON webhook: `{"receiver": "spanbudget", "alerts": [...]}`."""
 
     name = "webhook"
+    takes_resends = False
 
     def __init__(self, url: str, *, client: httpx.Client | None = None) -> None:
         self.url = url
@@ -103,6 +111,7 @@ class WebhookSink:
 
 class LogSink:
     name = "log"
+    takes_resends = False
 
     def deliver(self, alerts: Sequence[Alert]) -> None:
         for alert in alerts:
@@ -140,8 +149,10 @@ class Dispatcher:
 
     def send(self, alert: Alert) -> None:
         with self._wake:
-            for pending in self._pending.values():
-                pending[alert.key] = alert
+            for sink in self.sinks:
+                if alert.resent and not sink.takes_resends:
+                    continue
+                self._pending[sink.name][alert.key] = alert
             self._wake.notify()
 
     def pending(self) -> int:

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from spanbudget.collector.alerts.engine import AlertEngine, RuleState
 from spanbudget.collector.durations import parse_duration
 from spanbudget.collector.live.intake import (
     JSON,
@@ -38,8 +39,8 @@ _RPC_CODES = {400: 3, 401: 16, 413: 3, 415: 3, 503: 14}
 MAX_LIST = 1000  # the most verdicts one listing serves; page on with `before`
 
 
-def create_app(pipeline: Pipeline) -> FastAPI:
-    """The app for one pipeline; the caller starts and closes the pipeline."""
+def create_app(pipeline: Pipeline, *, alerts: AlertEngine | None = None) -> FastAPI:
+    """The app for one pipeline (and its alert rules); the caller starts and closes them."""
     settings = pipeline.settings
     metrics = pipeline.metrics
     store = pipeline.store
@@ -144,6 +145,21 @@ def create_app(pipeline: Pipeline) -> FastAPI:
         result = store.summary(since=_since(since), run_id=run_id)
         result["budget"] = pipeline.budget.name
         return result
+
+    @app.get("/api/alerts")
+    def list_alerts(state: RuleState | None = None) -> dict[str, Any]:
+        """Every burn-rate rule on every stage: its state, both windows' burn, its traces."""
+        if alerts is None:
+            raise HTTPException(404, "this collector runs no alert rules")
+        settings = alerts.settings
+        rules = [status.to_dict() for status in alerts.rule_states()]
+        return {
+            "budget": alerts.budget.name,
+            "window_scale": settings.window_scale,
+            "min_traces": settings.min_judged,
+            "min_overruns": settings.min_overruns,
+            "rules": [r for r in rules if state is None or r["state"] == state.value],
+        }
 
     @app.get("/metrics")
     def prometheus(request: Request) -> Response:

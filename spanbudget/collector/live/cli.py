@@ -24,7 +24,8 @@ def collect(
         str | None, typer.Option(help="HOST:PORT to listen on.", show_default="127.0.0.1:4318")
     ] = None,
     budget: Annotated[
-        Path | None, typer.Option(help="The allocation table.", show_default="budget.yaml")
+        Path | None,
+        typer.Option(help="The allocation table (default ./budget.yaml, else the packaged one)."),
     ] = None,
     db: Annotated[
         Path | None,
@@ -129,6 +130,7 @@ def run(settings: Any) -> int:
     from spanbudget.collector.alerts.engine import AlertSettings
     from spanbudget.collector.alerts.wiring import build_alerting
     from spanbudget.collector.budget_file import BudgetError, load_budget
+    from spanbudget.collector.budget_source import find_budget
     from spanbudget.collector.live.api import create_app
     from spanbudget.collector.live.forward import Forwarder
     from spanbudget.collector.live.metrics import CollectorMetrics
@@ -136,8 +138,10 @@ def run(settings: Any) -> int:
     from spanbudget.collector.live.settings import parse_listen
     from spanbudget.collector.live.store import VerdictStore
 
+    source = find_budget(settings.budget_path)
+    log.info("%s", source.describe())
     try:
-        loaded = load_budget(settings.budget_path)
+        loaded = load_budget(source.path)
     except (BudgetError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
@@ -156,6 +160,7 @@ def run(settings: Any) -> int:
         AlertSettings(
             window_scale=settings.alert_window_scale,
             min_judged=settings.alert_min_traces,
+            min_overruns=settings.alert_min_overruns,
             resend_s=settings.alert_resend_seconds,
             ui_url=settings.public_url or f"http://{host}:{port}",
             jaeger_ui=settings.jaeger_ui or "",
@@ -176,12 +181,16 @@ def run(settings: Any) -> int:
     alerting.start()
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(pipeline), host=host, port=port, log_level="warning", access_log=False
+            create_app(pipeline, alerts=alerting.engine),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
         )
     )
 
     def reload_all() -> None:
-        if pipeline.reload_budget(settings.budget_path):
+        if pipeline.reload_budget(source.path):
             alerting.engine.set_budget(pipeline.budget)
 
     def reload(_signum: int, _frame: object) -> None:
@@ -199,7 +208,7 @@ def run(settings: Any) -> int:
         host,
         port,
         loaded.budget.name,
-        settings.budget_path,
+        source.path,
         settings.db_path,
         settings.decision_wait_seconds,
         f", forwarding to {settings.forward_traces_url}" if forwarder else "",

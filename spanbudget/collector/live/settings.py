@@ -20,7 +20,7 @@ class CollectorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPANBUDGET_COLLECTOR_", frozen=True)
 
     listen: str = "127.0.0.1:4318"
-    budget_path: Path = Path("budget.yaml")
+    budget_path: Path | None = None  # None: ./budget.yaml, else the packaged default
     db_path: Path = Path("data/verdicts.db")
     forward_otlp: str | None = None
     alertmanager: str | None = None
@@ -28,8 +28,9 @@ class CollectorSettings(BaseSettings):
     receiver_token: str | None = None
 
     # Alerts (DESIGN §8).
-    alert_window_scale: float = Field(default=1.0, gt=0)  # shrinks every burn-rate window
-    alert_min_traces: int = Field(default=10, ge=1)  # judged traces in the short window
+    alert_window_scale: float = Field(default=1.0, gt=0)  # every window, `for` and hold
+    alert_min_traces: int = Field(default=10, ge=1)  # judged traces in each of a rule's windows
+    alert_min_overruns: int = Field(default=5, ge=1)  # traces over the limit in each window
     alert_resend_seconds: float = Field(default=60.0, gt=0)
     public_url: str | None = None  # this collector's address in links; default from `listen`
     jaeger_ui: str | None = None  # Jaeger's UI, for trace links in alerts

@@ -6,15 +6,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from spanbudget.collector.loadtest.schedule import Arrival
+from spanbudget.terminal import make_console, print_error
 
 __all__ = ["loadtest", "report"]
 
 
 def _fail(message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    print_error(message)
     return typer.Exit(2)
 
 
@@ -33,7 +33,10 @@ def loadtest(
             "it, and spans go there unless OTEL_EXPORTER_OTLP_TRACES_ENDPOINT routes them."
         ),
     ] = None,
-    budget: Annotated[Path, typer.Option(help="The allocation table.")] = Path("budget.yaml"),
+    budget: Annotated[
+        Path | None,
+        typer.Option(help="The allocation table (default ./budget.yaml, else the packaged one)."),
+    ] = None,
     arrival: Annotated[Arrival, typer.Option(help="Gaps between requests.")] = Arrival.POISSON,
     max_concurrency: Annotated[int, typer.Option(help="Requests in flight at most.")] = 256,
     prompts: Annotated[
@@ -59,6 +62,7 @@ def loadtest(
         spanbudget loadtest --target http://127.0.0.1:8080 --rate 4 --duration 30s --out runs/a
     """
     from spanbudget.collector.budget_file import BudgetError, load_budget
+    from spanbudget.collector.budget_source import find_budget
     from spanbudget.collector.durations import parse_duration
     from spanbudget.collector.loadtest.run import (
         EXIT_FAILED,
@@ -70,8 +74,10 @@ def loadtest(
     from spanbudget.collector.loadtest.schedule import Phase
     from spanbudget.collector.loadtest.telemetry import DEFAULT_COLLECTOR, loadtest_tracer_provider
 
+    source = find_budget(budget)
+    make_console(stderr=True).print(source.describe())
     try:
-        table = load_budget(budget).budget
+        table = load_budget(source.path).budget
     except BudgetError as exc:
         raise _fail(str(exc)) from None
     run_id = run_id or new_run_id()
@@ -100,11 +106,11 @@ def loadtest(
     except (ValueError, RunFailed) as exc:
         raise _fail(str(exc)) from None
     provider = loadtest_tracer_provider(collector)
-    console = Console()
+    console = make_console()
     try:
         _, code = test.run(provider, console)
     except RunFailed as exc:
-        Console(stderr=True).print(f"[bold red]run failed:[/] {exc}", highlight=False)
+        print_error(str(exc), label="run failed")
         code = EXIT_FAILED
     finally:
         provider.shutdown()
@@ -131,7 +137,7 @@ def report(
         rows = read_rows(run_dir / REQUESTS_CSV)
         met = bool(data["slo"]["met"])
         page = render_html(data, rows)
-        render_terminal(data, Console())
+        render_terminal(data, make_console())
     except (OSError, ValueError, KeyError, TypeError) as exc:
         # Exit 1 means "breached": a folder that is not a run must not look like one.
         raise _fail(f"{run_dir}: not a load-test run folder ({exc!r})") from None

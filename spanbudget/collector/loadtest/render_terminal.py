@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from spanbudget.terminal import print_wide
+
 __all__ = ["render_terminal"]
 
 
@@ -69,7 +71,7 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
         ("request", "total_ms"),
     ):
         table.add_row(label, "", "", *_percentile_cells(report[key], 1e12, 1e12), "")
-    console.print(table)
+    print_wide(console, table)
 
     slo = report["slo"]
     verdict = Text(

@@ -11,6 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
+from spanbudget.extras import exit_unless_installed
+
 __all__ = ["engine"]
 
 _OVR = "Preset overrides"
@@ -94,6 +96,7 @@ def engine(
 
         spanbudget engine --preset qwen3-8b-h100 --mfu 0.3 --stall 30:500 --drop-rate 0.01
     """
+    exit_unless_installed("engine")
     from spanbudget.service.engine.faults import FaultError
     from spanbudget.service.engine.presets import PresetError, preset_parameters
     from spanbudget.service.engine.settings import EngineSettings
@@ -132,11 +135,11 @@ def engine(
 
 
 def _print_presets() -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
     from spanbudget.service.engine.presets import DEFAULT_PRESET, PRESETS
+    from spanbudget.terminal import make_console, print_wide
 
     table = Table(title="engine emulator presets (modelled)")
     for column in ("preset", "deployment", "prefill 500 tok ms", "decode step b=1 ms", "KV tokens"):
@@ -152,7 +155,7 @@ def _print_presets() -> None:
             f"{decode_ms:.1f}",
             f"{p.kv_capacity_blocks * p.block_size:,}",
         )
-    Console().print(table)
+    print_wide(make_console(), table)
 
 
 def _serve(settings: Any, preset: Any, host: str, port: int) -> None:
