@@ -3,15 +3,19 @@
 a nominal and a burst rate, and where retrieval's wall time goes.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/cpu.py [--data-dir ./data] [--rates 2,16]
-        [--seconds 15] [--configs before,after]
+        [--seconds 20] [--configs before,after]
 
 It starts the same processes as the demo (`spanbudget.demo.stack_children`), on ports of
 its own, and drives the gateway with the load tester's open-loop dispatcher from this
-process. CPU time comes from /proc/<pid>/stat (utime + stime), so contention from other
-work on the machine changes the wall times but hardly the CPU-ms. `thread` runs the
-gateway with the model in a worker thread of its own process, as earlier releases did;
-`process` with the shipped default, the model in a process of its own; one after the
-other in the same run. The latency tables are judged by the budget collector, as in the demo.
+process. CPU time comes from /proc/<pid>/stat (utime + stime): contention from other work
+on the machine changes the wall times much more than the CPU-ms. Configurations run one
+after the other in the same run: `before` runs the gateway as the previous release did
+(the model in a worker thread of the gateway's own process, every upstream chunk its own
+write), `after` with the shipped defaults; the others change one setting of `after`.
+
+The latency rows are the budget collector's verdicts, as in the demo. The collector also
+forwards the spans to a receiver in this process, which reads what the `embeddings {model}`
+span says about its query: the wait for the model, the model call's wall and CPU time.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ import asyncio
 import contextlib
 import os
 import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +40,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from rich.console import Console
 
 from spanbudget.collector.loadtest.client import ChatRequest
@@ -45,19 +52,20 @@ from spanbudget.collector.loadtest.verdicts import wait_for_verdicts
 from spanbudget.collector.stats import percentile
 from spanbudget.demo import DemoSettings, ingest_if_needed, stack_children
 from spanbudget.processes import Supervisor
+from spanbudget.service import semconv as sc
+from tests.servers import free_port
 
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 MODEL = "Qwen/Qwen3-8B"
 GOOD = ("ok", "warn")
 
-# Gateway environment per configuration. `thread` keeps the model in the gateway's
-# process, in a worker thread, as earlier releases did; `process` is the shipped default.
+# Gateway environment per configuration.
 CONFIGS: dict[str, dict[str, str]] = {
-    "thread": {"SPANBUDGET_EMBEDDING_PROCESS": "false"},
-    "process": {},
-    "process-nice0": {"SPANBUDGET_EMBEDDING_NICE": "0"},
-    "process-2thr": {"SPANBUDGET_EMBEDDING_THREADS": "2"},
-    "process-wait3": {"SPANBUDGET_EMBEDDING_BATCH_WAIT_MS": "3"},
+    "before": {"SPANBUDGET_EMBEDDING_PROCESS": "false"},
+    "after": {},
+    "after-nice0": {"SPANBUDGET_EMBEDDING_NICE": "0"},
+    "after-2threads": {"SPANBUDGET_EMBEDDING_THREADS": "2"},
+    "after-wait3ms": {"SPANBUDGET_EMBEDDING_BATCH_WAIT_MS": "3"},
 }
 
 
@@ -96,6 +104,58 @@ def cmdline(pid: int) -> str:
         return f.read().replace(b"\0", b" ").decode(errors="replace")
 
 
+class SpanTap:
+    """An OTLP/HTTP receiver for the collector's forwarded spans, in a thread of its own:
+    per trace, what `embeddings {model}` says and how long the retrieval spans took."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.traces: dict[str, dict[str, float]] = defaultdict(dict)
+        self.thread_id = 0
+        tap = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                tap.take(ExportTraceServiceRequest.FromString(body))
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = HTTPServer(("127.0.0.1", self.port), Handler)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self.thread_id = threading.get_native_id()
+        self._server.serve_forever(poll_interval=0.2)
+
+    def take(self, request: ExportTraceServiceRequest) -> None:
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    ms = (span.end_time_unix_nano - span.start_time_unix_nano) / 1e6
+                    row = self.traces[span.trace_id.hex()]
+                    if span.name.startswith("embeddings "):
+                        row["embeddings span"] = ms
+                        for kv in span.attributes:
+                            value = kv.value
+                            number = value.double_value if value.HasField("double_value") else 0
+                            row[kv.key] = number or float(value.int_value)
+                    elif span.name.startswith("query "):
+                        row["query span"] = ms
+                    elif span.name.startswith("retrieval "):
+                        row["retrieval span"] = ms
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 @dataclass
 class Processes:
     """The pids whose CPU time is counted, by row of the table; `gateway` is split into
@@ -103,6 +163,7 @@ class Processes:
 
     gateway: int
     rows: dict[str, list[int]] = field(default_factory=dict)
+    tap_thread: int = 0
 
     def sample(self) -> dict[str, float]:
         total = cpu_ms(self.gateway)
@@ -113,11 +174,13 @@ class Processes:
             for pid in pids:
                 with contextlib.suppress(FileNotFoundError, ProcessLookupError):
                     out[row] += cpu_ms(pid)
+        # The span tap is the benchmark's, not the load tester's.
+        out["load tester (this process)"] -= cpu_ms(f"{os.getpid()}/task/{self.tap_thread}")
         out["machine (all processes)"] = busy_ms()
         return out
 
 
-def find_processes(supervisor: Supervisor) -> Processes:
+def find_processes(supervisor: Supervisor, tap: SpanTap) -> Processes:
     by_name = {c.name: c.process.pid for c in supervisor.children if c.process is not None}
 
     def spawned(pid: int) -> list[int]:  # multiprocessing children, not its resource tracker
@@ -131,7 +194,7 @@ def find_processes(supervisor: Supervisor) -> Processes:
         "collector": [by_name["collector"]],
         "load tester (this process)": [os.getpid()],
     }
-    return Processes(by_name["gateway"], rows)
+    return Processes(by_name["gateway"], rows, tap.thread_id)
 
 
 @dataclass
@@ -142,6 +205,7 @@ class Measured:
     seconds: float
     cpu: dict[str, float]  # ms over the window
     verdicts: list[dict[str, Any]]
+    retrieval: list[dict[str, float]]  # per trace, from the span tap
     load: str
 
 
@@ -185,6 +249,7 @@ def measure(
         collector=f"127.0.0.1:{args.port_base + 18}",
     )
     supervisor = Supervisor()
+    tap = SpanTap()
     out: list[Measured] = []
     try:
         args.data_dir.mkdir(parents=True, exist_ok=True)
@@ -193,10 +258,12 @@ def measure(
         for child in children:
             if child.name == "gateway":
                 child.env = {**child.env, **env}
+            if child.name == "collector":
+                child.argv = [*child.argv, "--forward-otlp", f"http://127.0.0.1:{tap.port}"]
             supervisor.start(child)
         for child in children:
             supervisor.wait_healthy(child, settings.startup_timeout_s)
-        processes = find_processes(supervisor)
+        processes = find_processes(supervisor, tap)
         drive(settings, 4.0, 3.0, f"cpu-{config}-warmup", seed=99)
         for rate in args.rates:
             run_id = f"cpu-{config}-{rate:g}-{int(time.time())}"
@@ -205,15 +272,18 @@ def measure(
             n, seconds, trace_ids = drive(settings, rate, args.seconds, run_id, seed=int(rate))
             after = processes.sample()
             found = wait_for_verdicts(f"http://{settings.collector}", run_id, trace_ids)
+            time.sleep(1.5)  # the forwarder sends judged traces on within a second
             cpu = {row: after[row] - before[row] for row in after}
-            out.append(Measured(config, rate, n, seconds, cpu, list(found.values()), load))
+            parts = [tap.traces[t] for t in trace_ids if "embeddings span" in tap.traces.get(t, {})]
+            out.append(Measured(config, rate, n, seconds, cpu, list(found.values()), parts, load))
             console.print(
                 f"{config} at {rate:g} req/s: {n} requests in {seconds:.1f} s, "
-                f"{len(found)} verdicts, load average {load}"
+                f"{len(found)} verdicts, {len(parts)} traces tapped, load average {load}"
             )
         supervisor.check_alive()
     finally:
         supervisor.stop_all()
+        tap.close()
     return out
 
 
@@ -221,29 +291,57 @@ def pct(values: Sequence[float], q: float) -> float:
     return percentile(sorted(values), q) if values else float("nan")
 
 
+def retrieval_parts(trace: Mapping[str, float]) -> dict[str, float]:
+    """Retrieval's wall time by where it went, for one trace (ms)."""
+    span = trace["embeddings span"]
+    queue = trace.get(sc.EMBEDDINGS_QUEUE_MS, 0.0)
+    compute = trace.get(sc.EMBEDDINGS_COMPUTE_MS, 0.0)
+    cpu = trace.get(sc.EMBEDDINGS_COMPUTE_CPU_MS, 0.0)
+    return {
+        "retrieval span": trace.get("retrieval span", float("nan")),
+        "  embeddings span": span,
+        "    waiting for the model (queue)": queue,
+        "    model call, wall": compute,
+        "      of it on a core (CPU)": cpu,
+        "      of it waiting for a core": max(0.0, compute - cpu),
+        "    back to the event loop": max(0.0, span - queue - compute),
+        "    queries in its model call": trace.get(sc.EMBEDDINGS_BATCH_SIZE, float("nan")),
+        "  query span (Qdrant Edge HNSW)": trace.get("query span", float("nan")),
+    }
+
+
 def print_tables(results: list[Measured]) -> None:
     heads = [f"{m.config} {m.rate:g}/s" for m in results]
-    width = max(12, *(len(h) + 1 for h in heads))
+    width = max(14, *(len(h) + 1 for h in heads))
     rows = list(results[0].cpu)
+    cores = os.cpu_count() or 1
 
     def header(title: str) -> None:
-        print(f"\n{title:42}" + "".join(f"{h:>{width}}" for h in heads))
+        print(f"\n{title:44}" + "".join(f"{h:>{width}}" for h in heads))
+
+    def pair(values: Sequence[float]) -> str:
+        half = width // 2
+        return f"{pct(values, 50):>{half}.1f}/{pct(values, 95):<{width - half - 1}.1f}"
 
     header("CPU ms per request")
     for row in rows:
         cells = "".join(f"{m.cpu[row] / m.requests:>{width}.2f}" for m in results)
-        print(f"{row:42}{cells}")
+        print(f"{row:44}{cells}")
     ours = [sum(v for k, v in m.cpu.items() if k != "machine (all processes)") for m in results]
     cells = "".join(f"{o / m.requests:>{width}.2f}" for o, m in zip(ours, results, strict=True))
-    print(f"{'the stack, in all':42}{cells}")
+    print(f"{'the stack, in all':44}{cells}")
     header("share of the 2 cores (% of wall time x cores)")
-    cores = os.cpu_count() or 1
     for row in [*rows, "the stack, in all"]:
         cells = ""
         for o, m in zip(ours, results, strict=True):
             value = o if row == "the stack, in all" else m.cpu[row]
             cells += f"{100 * value / (m.seconds * 1000 * cores):>{width}.1f}"
-        print(f"{row:42}{cells}")
+        print(f"{row:44}{cells}")
+
+    header("retrieval's wall time, ms (p50 / p95)")
+    parts = [[retrieval_parts(t) for t in m.retrieval] for m in results]
+    for name in retrieval_parts({"embeddings span": 0.0}):
+        print(f"{name:44}" + "".join(pair([p[name] for p in rows_]) for rows_ in parts))
 
     header("latency as judged, ms (p50 / p95)")
     stage_rows: dict[str, list[list[float]]] = defaultdict(lambda: [[] for _ in results])
@@ -265,22 +363,36 @@ def print_tables(results: list[Measured]) -> None:
     names += sorted(n for n in stage_rows if n.startswith("  "))
     names += [n for n in stage_rows if n not in names]
     for name in names:
-        cells = ""
-        for values in stage_rows[name]:
-            cells += (
-                f"{pct(values, 50):>{width // 2}.1f}/{pct(values, 95):<{width - width // 2 - 1}.1f}"
+        print(f"{name:44}" + "".join(pair(values) for values in stage_rows[name]))
+    print(f"{'within every limit %':44}" + "".join(f"{w:>{width}.1f}" for w in within))
+    print(f"{'load average at start (1 min)':44}" + "".join(f"{m.load:>{width}}" for m in results))
+
+    by_rate: dict[float, dict[str, Measured]] = defaultdict(dict)
+    for m in results:
+        by_rate[m.rate][m.config] = m
+    ratios = []
+    for rate, configs in by_rate.items():
+        if "before" in configs and "after" in configs:
+            b, a = configs["before"], configs["after"]
+            stack_b = sum(v for k, v in b.cpu.items() if k != "machine (all processes)")
+            stack_a = sum(v for k, v in a.cpu.items() if k != "machine (all processes)")
+            rb = [s["ms"] for v in b.verdicts for s in v["stages"] if s["name"] == "retrieval"]
+            ra = [s["ms"] for v in a.verdicts for s in v["stages"] if s["name"] == "retrieval"]
+            ratios.append(
+                f"at {rate:g}/s: stack CPU per request after/before "
+                f"{(stack_a / a.requests) / (stack_b / b.requests):.2f}, "
+                f"retrieval p95 after/before {pct(ra, 95) / pct(rb, 95):.2f}"
             )
-        print(f"{name:42}{cells}")
-    print(f"{'within every limit %':42}" + "".join(f"{w:>{width}.1f}" for w in within))
-    print(f"{'load average at start (1 min)':42}" + "".join(f"{m.load:>{width}}" for m in results))
+    if ratios:
+        print("\nsame-run ratios: " + "; ".join(ratios))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--data-dir", type=Path, default=Path("./data"))
     parser.add_argument("--rates", default="2,16")
-    parser.add_argument("--seconds", type=float, default=15.0, help="per rate")
-    parser.add_argument("--configs", default="thread,process", help=", ".join(CONFIGS))
+    parser.add_argument("--seconds", type=float, default=20.0, help="per rate")
+    parser.add_argument("--configs", default="before,after", help=", ".join(CONFIGS))
     parser.add_argument("--port-base", type=int, default=19000)
     args = parser.parse_args()
     args.rates = [float(r) for r in args.rates.split(",")]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -67,9 +68,12 @@ def serve(
         listen=listen, llm_base_url=llm_base_url, data_dir=data_dir, faults=faults or None
     )
     provider = build_tracer_provider("rag-gateway")
-    embedder, stop_embedder = build_embedder(settings)
-    store = build_store(settings, embedder.dimension)
-    try:
+    with contextlib.ExitStack() as cleanup:  # undone in reverse: store, model, spans
+        cleanup.callback(provider.shutdown)
+        embedder, stop_embedder = build_embedder(settings)
+        cleanup.callback(stop_embedder)
+        store = build_store(settings, embedder.dimension)
+        cleanup.callback(store.close)
         app = build_gateway(
             settings,
             provider,
@@ -87,17 +91,13 @@ def serve(
             "on" if settings.faults else "off",
         )
         # uvicorn stops gracefully on SIGINT/SIGTERM, then re-raises the signal to the
-        # handlers it found: make those no-ops so that the command returns, the `finally`
-        # below closes the store and flushes the spans, and the process exits 0.
+        # handlers it found: make those no-ops so that the command returns, the clean-up
+        # closes the store, stops the model and flushes the spans, and the process exits 0.
         for stop_signal in (signal.SIGINT, signal.SIGTERM):
             signal.signal(stop_signal, lambda _signum, _frame: None)
         # No access log: a line per request is CPU the request path pays for.
         config = uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False)
         uvicorn.Server(config).run()
-    finally:
-        stop_embedder()
-        store.close()
-        provider.shutdown()
 
 
 def ingest(

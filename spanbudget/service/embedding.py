@@ -1,5 +1,8 @@
 """Text embeddings: an `Embedder` protocol, the packaged all-MiniLM-L6-v2 behind it, and
-micro-batching so that concurrent queries share model calls, timed for their spans."""
+micro-batching so that concurrent queries share model calls, timed for their spans.
+
+Errors: `EmbeddingUnavailable` when the model can no longer answer (its process is gone).
+"""
 
 from __future__ import annotations
 
@@ -18,10 +21,15 @@ __all__ = [
     "Embedder",
     "EmbeddingBatcher",
     "EmbeddingTiming",
+    "EmbeddingUnavailable",
     "SentenceTransformerEmbedder",
     "ThreadBatchEmbedder",
     "as_batch_embedder",
 ]
+
+
+class EmbeddingUnavailable(RuntimeError):
+    """The model cannot answer any more; the gateway answers 503 and turns unhealthy."""
 
 
 class Embedder(Protocol):
@@ -98,6 +106,11 @@ class BatchEmbedder(Protocol):
     @property
     def dimension(self) -> int: ...
 
+    @property
+    def available(self) -> bool:
+        """False once the model can never answer again (raise `EmbeddingUnavailable` then)."""
+        ...
+
     async def embed_batch(self, texts: Sequence[str]) -> BatchResult: ...
 
 
@@ -118,6 +131,10 @@ class ThreadBatchEmbedder:
     @property
     def dimension(self) -> int:
         return self._embedder.dimension
+
+    @property
+    def available(self) -> bool:
+        return True
 
     def _timed(self, texts: Sequence[str]) -> BatchResult:
         started, started_cpu = time.perf_counter(), time.thread_time()
@@ -175,6 +192,10 @@ class EmbeddingBatcher:
     @property
     def model_name(self) -> str:
         return self._embedder.model_name
+
+    @property
+    def available(self) -> bool:
+        return self._embedder.available
 
     async def embed(self, text: str) -> tuple[list[float], EmbeddingTiming]:
         """The text's vector, and how long it queued and what its model call cost."""

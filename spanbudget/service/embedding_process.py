@@ -24,26 +24,25 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from spanbudget.service.embedding import BatchResult
+from spanbudget.service.embedding import BatchResult, EmbeddingUnavailable
 
 __all__ = ["EmbeddingProcess", "EmbeddingWorkerError"]
 
 _STARTUP_TIMEOUT_SECONDS = 180.0
 
 
-class EmbeddingWorkerError(RuntimeError):
+class EmbeddingWorkerError(EmbeddingUnavailable):
     """The embedding process did not start, or ended while requests waited for it."""
 
 
 def _raise_priority(nice: int) -> str:
     """Give the model first claim on a core when the machine is busy; say what was had.
 
-    A session of its own puts the process in a scheduling group of its own (Linux
-    autogroups share the CPU fairly between sessions, whatever each one's nice), and that
-    group's nice, and the process's, go to `nice`. Lowering nice needs root or
-    CAP_SYS_NICE; without it the process keeps a normal priority.
+    Called in a session of its own, hence in a scheduling group of its own (Linux autogroups
+    share the CPU fairly between sessions, whatever each one's nice): that group's nice, and
+    the process's, go to `nice`. Lowering nice needs root or CAP_SYS_NICE; without it the
+    process keeps a normal priority.
     """
-    os.setsid()
     if nice >= 0:
         return "normal priority"
     try:
@@ -62,9 +61,10 @@ def _worker_main(
 ) -> None:
     # The parent stops this process through the pipe, or by ending (the pipe then closes).
     # Signals to the gateway's process group (Ctrl-C, a supervisor's SIGTERM) must not end
-    # it while the gateway still finishes its requests; its own session keeps them away.
+    # it while the gateway still finishes its requests: a session of its own keeps them
+    # away. A SIGTERM sent to this process alone still ends it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.setsid()
     priority = _raise_priority(nice)
     import torch
 
@@ -155,6 +155,11 @@ class EmbeddingProcess:
     @property
     def dimension(self) -> int:
         return self._dimension
+
+    @property
+    def available(self) -> bool:
+        """True while the child runs; it is never restarted, so False is for good."""
+        return self._gone is None and bool(self._process.is_alive())
 
     async def embed_batch(self, texts: Sequence[str]) -> BatchResult:
         """Normalised vectors for `texts`, with the model call's wall and CPU time."""

@@ -47,9 +47,14 @@ class Retriever:
     def collection(self) -> str:
         return self._store.collection
 
+    @property
+    def alive(self) -> bool:
+        """False once the embedding model can never answer again (its process is gone)."""
+        return self._batcher.available
+
     def ready(self) -> bool:
-        """True when the collection exists and holds points (the model loads at construction)."""
-        return self._store.exists()
+        """True when the model answers and the collection exists and holds points."""
+        return self.alive and self._store.exists()
 
     async def retrieve(self, query: str, faults: FaultPlan = NO_FAULTS) -> list[Hit]:
         collection = self._store.collection
