@@ -76,6 +76,20 @@ def cpu_ms(pid: int | str) -> float:
     return (int(fields[11]) + int(fields[12])) * TICK_MS
 
 
+def wait_ms(pid: int, tid: int | None = None) -> float:
+    """Time the process's threads (or one thread) spent runnable, waiting for a core, in ms
+    (/proc schedstat: the scheduler's own account)."""
+    tids = [str(tid)] if tid is not None else os.listdir(f"/proc/{pid}/task")
+    total = 0
+    for t in tids:
+        with (
+            contextlib.suppress(FileNotFoundError, ProcessLookupError),
+            open(f"/proc/{pid}/task/{t}/schedstat") as stat,
+        ):
+            total += int(stat.read().split()[1])
+    return total / 1e6
+
+
 def busy_ms() -> float:
     """CPU time spent by the whole machine (every core, every process), in ms."""
     with open("/proc/stat") as stat:
@@ -165,19 +179,27 @@ class Processes:
     rows: dict[str, list[int]] = field(default_factory=dict)
     tap_thread: int = 0
 
-    def sample(self) -> dict[str, float]:
+    def sample(self) -> tuple[dict[str, float], dict[str, float]]:
+        """CPU ms and ms spent waiting for a core, by row, so far."""
         total = cpu_ms(self.gateway)
         loop = cpu_ms(f"{self.gateway}/task/{self.gateway}")
-        out = {"gateway: event loop thread": loop, "gateway: other threads": total - loop}
+        cpu = {"gateway: event loop thread": loop, "gateway: other threads": total - loop}
+        waited = {
+            "gateway: event loop thread": wait_ms(self.gateway, self.gateway),
+            "gateway: other threads": wait_ms(self.gateway) - wait_ms(self.gateway, self.gateway),
+        }
         for row, pids in self.rows.items():
-            out[row] = 0.0
+            cpu[row] = waited[row] = 0.0
             for pid in pids:
                 with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                    out[row] += cpu_ms(pid)
+                    cpu[row] += cpu_ms(pid)
+                    waited[row] += wait_ms(pid)
         # The span tap is the benchmark's, not the load tester's.
-        out["load tester (this process)"] -= cpu_ms(f"{os.getpid()}/task/{self.tap_thread}")
-        out["machine (all processes)"] = busy_ms()
-        return out
+        me, tap = os.getpid(), self.tap_thread
+        cpu["load tester (this process)"] -= cpu_ms(f"{me}/task/{tap}")
+        waited["load tester (this process)"] -= wait_ms(me, tap)
+        cpu["machine (all processes)"] = busy_ms()
+        return cpu, waited
 
 
 def find_processes(supervisor: Supervisor, tap: SpanTap) -> Processes:
@@ -204,6 +226,7 @@ class Measured:
     requests: int
     seconds: float
     cpu: dict[str, float]  # ms over the window
+    waited: dict[str, float]  # ms runnable but waiting for a core, over the window
     verdicts: list[dict[str, Any]]
     retrieval: list[dict[str, float]]  # per trace, from the span tap
     load: str
@@ -268,14 +291,16 @@ def measure(
         for rate in args.rates:
             run_id = f"cpu-{config}-{rate:g}-{int(time.time())}"
             load = Path("/proc/loadavg").read_text().split()[0]
-            before = processes.sample()
+            cpu_before, wait_before = processes.sample()
             n, seconds, trace_ids = drive(settings, rate, args.seconds, run_id, seed=int(rate))
-            after = processes.sample()
+            cpu_after, wait_after = processes.sample()
             found = wait_for_verdicts(f"http://{settings.collector}", run_id, trace_ids)
             time.sleep(1.5)  # the forwarder sends judged traces on within a second
-            cpu = {row: after[row] - before[row] for row in after}
+            cpu = {row: cpu_after[row] - cpu_before[row] for row in cpu_after}
+            waited = {row: wait_after[row] - wait_before[row] for row in wait_after}
             parts = [tap.traces[t] for t in trace_ids if "embeddings span" in tap.traces.get(t, {})]
-            out.append(Measured(config, rate, n, seconds, cpu, list(found.values()), parts, load))
+            verdicts = list(found.values())
+            out.append(Measured(config, rate, n, seconds, cpu, waited, verdicts, parts, load))
             console.print(
                 f"{config} at {rate:g} req/s: {n} requests in {seconds:.1f} s, "
                 f"{len(found)} verdicts, {len(parts)} traces tapped, load average {load}"
@@ -330,6 +355,10 @@ def print_tables(results: list[Measured]) -> None:
     ours = [sum(v for k, v in m.cpu.items() if k != "machine (all processes)") for m in results]
     cells = "".join(f"{o / m.requests:>{width}.2f}" for o, m in zip(ours, results, strict=True))
     print(f"{'the stack, in all':44}{cells}")
+    header("waiting for a core (runnable), ms per request")
+    for row in results[0].waited:
+        cells = "".join(f"{m.waited[row] / m.requests:>{width}.2f}" for m in results)
+        print(f"{row:44}{cells}")
     header("share of the 2 cores (% of wall time x cores)")
     for row in [*rows, "the stack, in all"]:
         cells = ""
