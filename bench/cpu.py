@@ -10,8 +10,8 @@ its own, and drives the gateway with the load tester's open-loop dispatcher from
 process. CPU time comes from /proc/<pid>/stat (utime + stime): contention from other work
 on the machine changes the wall times much more than the CPU-ms. Configurations run one
 after the other in the same run: `before` runs the gateway as the previous release did
-(the model in a worker thread of the gateway's own process, every upstream chunk its own
-write), `after` with the shipped defaults; the others change one setting of `after`.
+(the model in a worker thread of the gateway's own process), `after` with the shipped
+defaults; the others change one setting of `after`.
 
 The latency rows are the budget collector's verdicts, as in the demo. The collector also
 forwards the spans to a receiver in this process, which reads what the `embeddings {model}`
