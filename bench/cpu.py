@@ -66,6 +66,7 @@ CONFIGS: dict[str, dict[str, str]] = {
     "after-nice0": {"SPANBUDGET_EMBEDDING_NICE": "0"},
     "after-2threads": {"SPANBUDGET_EMBEDDING_THREADS": "2"},
     "after-wait3ms": {"SPANBUDGET_EMBEDDING_BATCH_WAIT_MS": "3"},
+    "after-qdrant8": {"SPANBUDGET_QDRANT_SEARCH_THREADS": "8"},  # Qdrant's default here
 }
 
 

@@ -68,6 +68,7 @@ def build_store(settings: Settings, dimension: int) -> VectorStore:
         collection=settings.collection,
         dimension=dimension,
         hnsw=hnsw_params(settings),
+        search_threads=settings.qdrant_search_threads or None,
     )
 
 

@@ -66,6 +66,11 @@ class Settings(BaseSettings):
     )
     # qdrant-client compares its version with the server's in a background thread.
     qdrant_check_compatibility: bool = True
+    # Qdrant Edge's search thread pool (written into the shard's config when it opens). Its
+    # default, 8 threads on 2 CPUs, reads segments in parallel and wakes several threads for
+    # a query of a fraction of a millisecond; one thread answers as fast and does not crowd
+    # a small machine (0: leave the shard's setting as it is).
+    qdrant_search_threads: int = Field(1, ge=0)
     # Query embeddings are tiny: one intra-op thread answers them about as fast as two on a
     # small machine and leaves a core to the event loop (0 keeps torch's default).
     embedding_threads: int = Field(1, ge=0)
