@@ -86,7 +86,8 @@ class SentenceTransformerEmbedder:
 
 @dataclass(frozen=True, slots=True)
 class BatchResult:
-    """One model call's vectors, with the call's wall time and CPU time (ms).
+    """One model call's vectors, with the call's wall time and CPU time (ms), and when it
+    was done (`time.time_ns`, one clock for every process on the machine).
 
     Wall minus CPU is the time the call waited for a core (with one torch thread).
     """
@@ -94,6 +95,7 @@ class BatchResult:
     vectors: list[list[float]]
     compute_ms: float
     cpu_ms: float
+    done_ns: int
 
 
 @runtime_checkable
@@ -139,8 +141,10 @@ class ThreadBatchEmbedder:
     def _timed(self, texts: Sequence[str]) -> BatchResult:
         started, started_cpu = time.perf_counter(), time.thread_time()
         vectors = self._embedder.embed(texts)
+        done_ns = time.time_ns()
         compute_ms = (time.perf_counter() - started) * 1e3
-        return BatchResult(vectors, compute_ms, (time.thread_time() - started_cpu) * 1e3)
+        cpu_ms = (time.thread_time() - started_cpu) * 1e3
+        return BatchResult(vectors, compute_ms, cpu_ms, done_ns)
 
     async def embed_batch(self, texts: Sequence[str]) -> BatchResult:
         return await anyio.to_thread.run_sync(self._timed, list(texts))
@@ -156,6 +160,7 @@ class EmbeddingTiming:
 
     queued_ns: int  # when the query joined the queue (time.time_ns)
     started_ns: int  # when the model call that embedded it was made
+    done_ns: int  # when the model had its answer (the caller resumes later, on its loop)
     batch_size: int  # queries in that model call
     compute_ms: float  # the model call's wall time
     cpu_ms: float  # the model call's CPU time
@@ -237,6 +242,11 @@ class EmbeddingBatcher:
             for (_, queued_ns, future), vector in zip(batch, result.vectors, strict=True):
                 if not future.done():
                     timing = EmbeddingTiming(
-                        queued_ns, started_ns, len(batch), result.compute_ms, result.cpu_ms
+                        queued_ns,
+                        started_ns,
+                        result.done_ns,
+                        len(batch),
+                        result.compute_ms,
+                        result.cpu_ms,
                     )
                     future.set_result((vector, timing))

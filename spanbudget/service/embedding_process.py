@@ -89,11 +89,12 @@ def _worker_main(
         except Exception as exc:  # one bad batch fails its callers, not the process
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
             continue
+        done_ns = time.time_ns()
         compute_ms = (time.perf_counter() - started) * 1e3
         cpu_ms = (time.thread_time() - started_cpu) * 1e3
         # float32 bytes: a quarter of the pickled floats, and exactly the model's values.
         packed = array.array("f", [x for row in vectors for x in row]).tobytes()
-        conn.send(("ok", len(vectors), packed, compute_ms, cpu_ms))
+        conn.send(("ok", len(vectors), packed, compute_ms, cpu_ms, done_ns))
 
 
 class EmbeddingProcess:
@@ -194,11 +195,11 @@ class EmbeddingProcess:
             if message[0] == "error":
                 future.set_exception(EmbeddingWorkerError(f"embedding failed: {message[1]}"))
                 continue
-            _, count, packed, compute_ms, cpu_ms = message
+            _, count, packed, compute_ms, cpu_ms, done_ns = message
             flat = array.array("f", packed).tolist()
             size = len(flat) // count if count else 0
             vectors = [flat[i * size : (i + 1) * size] for i in range(count)]
-            future.set_result(BatchResult(vectors, compute_ms, cpu_ms))
+            future.set_result(BatchResult(vectors, compute_ms, cpu_ms, done_ns))
 
     def _detach(self) -> None:
         if self._loop is not None and not self._loop.is_closed():

@@ -2,12 +2,15 @@
 `query {collection}` (DESIGN §3), with the model's work off the event loop.
 
 `embeddings {model}` carries what its query went through: the wait for the model
-(`embeddings.queue_ms`, also a child span `embeddings.queue` so that a verdict's breakdown
-tells queueing from compute), the batch it joined, and the model call's wall and CPU time.
+(`embeddings.queue_ms`), the batch it joined, the model call's wall and CPU time, and the
+wait for the event loop once the answer was ready (`embeddings.loop_wait_ms`). The two
+waits are also child spans, `embeddings.queue` and `embeddings.loop_wait`, so that a
+verdict's retrieval breakdown tells them from the model's own time (the span's self time).
 """
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
 import anyio
@@ -74,17 +77,23 @@ class Retriever:
                 },
             ) as embeddings_span:
                 vector, timing = await self._batcher.embed(query)
+                resumed_ns = time.time_ns()
+                done_ns = min(max(timing.done_ns, timing.started_ns), resumed_ns)
                 embeddings_span.set_attributes(
                     {
                         sc.EMBEDDINGS_QUEUE_MS: round(timing.queue_ms, 3),
                         sc.EMBEDDINGS_BATCH_SIZE: timing.batch_size,
                         sc.EMBEDDINGS_COMPUTE_MS: round(timing.compute_ms, 3),
                         sc.EMBEDDINGS_COMPUTE_CPU_MS: round(timing.cpu_ms, 3),
+                        sc.EMBEDDINGS_LOOP_WAIT_MS: round((resumed_ns - done_ns) / 1e6, 3),
                     }
                 )
-                # Drawn after the fact, from the times the batcher took.
+                # Drawn after the fact, from the times the batcher and the model took.
                 self._tracer.start_span(sc.SPAN_EMBEDDINGS_QUEUE, start_time=timing.queued_ns).end(
                     end_time=timing.started_ns
+                )
+                self._tracer.start_span(sc.SPAN_EMBEDDINGS_LOOP_WAIT, start_time=done_ns).end(
+                    end_time=resumed_ns
                 )
             with self._tracer.start_as_current_span(
                 sc.query_span_name(collection),

@@ -63,7 +63,7 @@ class InstantEmbedder:
 
     async def embed_batch(self, texts: Sequence[str]) -> BatchResult:
         self.batches.append(list(texts))
-        return BatchResult([[float(len(t))] for t in texts], 0.1, 0.1)
+        return BatchResult([[float(len(t))] for t in texts], 0.1, 0.1, time.time_ns())
 
 
 async def test_concurrent_queries_share_model_calls() -> None:

@@ -215,8 +215,8 @@ async def test_client_disconnect_cancels_upstream_and_ends_every_span(
     assert (chat.attributes or {})["error.type"] == "client_disconnected"
     server_span = names["POST /v1/chat/completions"]
     assert (server_span.attributes or {})["error.type"] == "client_disconnected"
-    # Every span that started has ended: the 10 spans of the request are all exported.
-    assert len(gateway.spans()) == 10
+    # Every span that started has ended: the 11 spans of the request are all exported.
+    assert len(gateway.spans()) == 11
 
 
 async def test_client_gone_before_the_stream_starts_still_ends_every_span(
