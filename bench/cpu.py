@@ -323,14 +323,16 @@ def retrieval_parts(trace: Mapping[str, float]) -> dict[str, float]:
     queue = trace.get(sc.EMBEDDINGS_QUEUE_MS, 0.0)
     compute = trace.get(sc.EMBEDDINGS_COMPUTE_MS, 0.0)
     cpu = trace.get(sc.EMBEDDINGS_COMPUTE_CPU_MS, 0.0)
+    loop_wait = trace.get(sc.EMBEDDINGS_LOOP_WAIT_MS, 0.0)
     return {
         "retrieval span": trace.get("retrieval span", float("nan")),
         "  embeddings span": span,
         "    waiting for the model (queue)": queue,
+        "    handing the batch to the model": max(0.0, span - queue - compute - loop_wait),
         "    model call, wall": compute,
         "      of it on a core (CPU)": cpu,
         "      of it waiting for a core": max(0.0, compute - cpu),
-        "    back to the event loop": max(0.0, span - queue - compute),
+        "    waiting for the event loop": loop_wait,
         "    queries in its model call": trace.get(sc.EMBEDDINGS_BATCH_SIZE, float("nan")),
         "  query span (Qdrant Edge HNSW)": trace.get("query span", float("nan")),
     }

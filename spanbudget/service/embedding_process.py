@@ -66,6 +66,9 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.setsid()
     priority = _raise_priority(nice)
+    # Read when torch loads OpenMP: idle OpenMP threads sleep instead of spinning for the
+    # next parallel region, which at a raised priority would take cores from the gateway.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
 
     if threads:
