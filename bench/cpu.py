@@ -63,6 +63,7 @@ GOOD = ("ok", "warn")
 CONFIGS: dict[str, dict[str, str]] = {
     "before": {"SPANBUDGET_EMBEDDING_PROCESS": "false"},
     "after": {},
+    "after-1process": {"SPANBUDGET_EMBEDDING_PROCESSES": "1"},
     "after-nice0": {"SPANBUDGET_EMBEDDING_NICE": "0"},
     "after-2threads": {"SPANBUDGET_EMBEDDING_THREADS": "2"},
     "after-wait3ms": {"SPANBUDGET_EMBEDDING_BATCH_WAIT_MS": "3"},

@@ -39,12 +39,17 @@ def build_embedder(settings: Settings) -> tuple[Embedder | BatchEmbedder, Callab
     the model runs in a thread) or spawns the embedding process.
     """
     from spanbudget.service.embedding import SentenceTransformerEmbedder
-    from spanbudget.service.embedding_process import EmbeddingProcess
+    from spanbudget.service.embedding_process import EmbeddingPool
 
     if settings.embedding_process:
-        worker = EmbeddingProcess(threads=settings.embedding_threads, nice=settings.embedding_nice)
-        log.info("query embeddings in process %d, %s", worker.pid, worker.priority)
-        return worker, worker.close
+        pool = EmbeddingPool(
+            settings.embedding_processes,
+            threads=settings.embedding_threads,
+            nice=settings.embedding_nice,
+        )
+        pids = ", ".join(map(str, pool.pids))
+        log.info("query embeddings in process %s, %s", pids, pool.priority)
+        return pool, pool.close
     if settings.embedding_threads:
         import torch
 

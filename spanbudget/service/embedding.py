@@ -113,6 +113,11 @@ class BatchEmbedder(Protocol):
         """False once the model can never answer again (raise `EmbeddingUnavailable` then)."""
         ...
 
+    @property
+    def concurrency(self) -> int:
+        """How many `embed_batch` calls can compute at once (1: calls queue behind each other)."""
+        ...
+
     async def embed_batch(self, texts: Sequence[str]) -> BatchResult: ...
 
 
@@ -137,6 +142,10 @@ class ThreadBatchEmbedder:
     @property
     def available(self) -> bool:
         return True
+
+    @property
+    def concurrency(self) -> int:
+        return 1  # two model calls in threads would only fight over the interpreter lock
 
     def _timed(self, texts: Sequence[str]) -> BatchResult:
         started, started_cpu = time.perf_counter(), time.thread_time()
@@ -171,11 +180,12 @@ class EmbeddingTiming:
 
 
 class EmbeddingBatcher:
-    """One model call at a time, on everything queued meanwhile (up to `max_batch`).
+    """Model calls on everything queued meanwhile (up to `max_batch`), as many at once as
+    the embedder can compute (its `concurrency`, usually one).
 
     Ten concurrent queries cost about two model calls instead of ten, and the forward pass
     of a batch costs far less than one pass per query. With `max_wait_ms` above zero, a
-    query that finds the model idle waits at most that long for company before its call
+    query that finds a model call free waits at most that long for company before the call
     goes; by default it goes at once. A caller that is cancelled simply stops waiting; its
     text may still be embedded.
     """
@@ -191,7 +201,9 @@ class EmbeddingBatcher:
         self._pending: list[
             tuple[str, int, asyncio.Future[tuple[list[float], EmbeddingTiming]]]
         ] = []
-        self._worker: asyncio.Task[None] | None = None
+        # One task a model call in flight, each taking what is queued when it is free.
+        self._lanes: set[asyncio.Task[None]] = set()
+        self._busy = 0  # lanes in a model call
         self._more = asyncio.Event()
 
     @property
@@ -209,8 +221,11 @@ class EmbeddingBatcher:
         self._pending.append((text, time.time_ns(), future))
         if len(self._pending) >= self._max_batch:
             self._more.set()
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.create_task(self._drain())
+        # A lane that has not finished will still see this query; one that has finished may
+        # not have left the set yet (its done callback runs later).
+        self._lanes = {lane for lane in self._lanes if not lane.done()}
+        if len(self._lanes) < self._embedder.concurrency:
+            self._lanes.add(asyncio.create_task(self._drain()))
         return await future
 
     async def _gather(self) -> None:
@@ -228,10 +243,14 @@ class EmbeddingBatcher:
         if self._max_wait_s:
             await self._gather()
         while self._pending:
-            batch = self._pending[: self._max_batch]
-            del self._pending[: self._max_batch]
+            # Shared with the lanes that are free too, so that they compute side by side.
+            free = max(1, len(self._lanes) - self._busy)
+            take = min(self._max_batch, -(-len(self._pending) // free))
+            batch = self._pending[:take]
+            del self._pending[:take]
             texts = [text for text, _, _ in batch]
             started_ns = time.time_ns()
+            self._busy += 1
             try:
                 result = await self._embedder.embed_batch(texts)
             except Exception as exc:
@@ -239,6 +258,8 @@ class EmbeddingBatcher:
                     if not future.done():
                         future.set_exception(exc)
                 continue
+            finally:
+                self._busy -= 1
             for (_, queued_ns, future), vector in zip(batch, result.vectors, strict=True):
                 if not future.done():
                     timing = EmbeddingTiming(

@@ -26,7 +26,7 @@ from typing import Any
 
 from spanbudget.service.embedding import BatchResult, EmbeddingUnavailable
 
-__all__ = ["EmbeddingProcess", "EmbeddingWorkerError"]
+__all__ = ["EmbeddingPool", "EmbeddingProcess", "EmbeddingWorkerError"]
 
 _STARTUP_TIMEOUT_SECONDS = 180.0
 
@@ -104,12 +104,14 @@ class EmbeddingProcess:
     """all-MiniLM-L6-v2 (`SentenceTransformerEmbedder`) in a child process.
 
     Build it at a process entry point (it spawns a child and waits, seconds, for the model
-    to load), use `embed_batch` from one event loop, and `close()` it at shutdown. Batches
-    are answered in the order they were sent; a caller that stops waiting loses only its
-    own answer. `threads` is torch's intra-op thread count in the child (0: torch's default);
-    a negative `nice` raises the child's CPU priority where allowed (`priority` says what it
-    got).
+    to load; with `wait=False` call `wait_ready()` later), use `embed_batch` from one event
+    loop, and `close()` it at shutdown. Batches are answered in the order they were sent; a
+    caller that stops waiting loses only its own answer. `threads` is torch's intra-op
+    thread count in the child (0: torch's default); a negative `nice` raises the child's
+    CPU priority where allowed (`priority` says what it got).
     """
+
+    concurrency = 1  # one model call at a time: the child computes batches in turn
 
     def __init__(
         self,
@@ -119,6 +121,7 @@ class EmbeddingProcess:
         threads: int = 1,
         nice: int = 0,
         startup_timeout_s: float = _STARTUP_TIMEOUT_SECONDS,
+        wait: bool = True,
     ) -> None:
         context = multiprocessing.get_context("spawn")  # never fork a threaded server
         self._conn, child = context.Pipe()
@@ -131,22 +134,32 @@ class EmbeddingProcess:
         self._process.start()
         child.close()
         self._name = name
-        if not self._conn.poll(startup_timeout_s):
-            self._process.kill()
-            raise EmbeddingWorkerError(
-                f"the embedding model did not load in {startup_timeout_s:g} s"
-            )
-        try:
-            _, dimension, priority = self._conn.recv()
-        except EOFError:
-            raise EmbeddingWorkerError(
-                f"the embedding process ended at start-up (exit code {self._process.exitcode})"
-            ) from None
-        self._dimension = int(dimension)
-        self.priority = str(priority)
+        self._deadline = time.monotonic() + startup_timeout_s
+        self._dimension = 0
+        self.priority = ""
         self._waiting: deque[asyncio.Future[BatchResult]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gone: EmbeddingWorkerError | None = None
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Wait for the model to load (until the start-up timeout); raise if it did not."""
+        if self._dimension:
+            return
+        if not self._conn.poll(max(0.0, self._deadline - time.monotonic())):
+            self.close()
+            raise EmbeddingWorkerError("the embedding model did not load in time")
+        try:
+            _, dimension, priority = self._conn.recv()
+        except EOFError:
+            code = self._process.exitcode
+            self.close()
+            raise EmbeddingWorkerError(
+                f"the embedding process ended at start-up (exit code {code})"
+            ) from None
+        self._dimension = int(dimension)
+        self.priority = str(priority)
 
     @property
     def model_name(self) -> str:
@@ -228,3 +241,61 @@ class EmbeddingProcess:
             self._process.kill()
             self._process.join(timeout=5)
         self._conn.close()
+
+
+class EmbeddingPool:
+    """`count` `EmbeddingProcess` children that load together and compute side by side.
+
+    `concurrency` model calls can run at once, one per child; each goes to an idle child.
+    The pool is available while every child is: one that has gone makes the gateway
+    unhealthy, as a lone child would.
+    """
+
+    def __init__(self, count: int, **options: Any) -> None:
+        if count < 1:
+            raise ValueError("need at least one embedding process")
+        self._workers: list[EmbeddingProcess] = []
+        try:
+            for _ in range(count):
+                self._workers.append(EmbeddingProcess(wait=False, **options))
+            for worker in self._workers:
+                worker.wait_ready()
+        except BaseException:
+            self.close()
+            raise
+        self._idle = list(self._workers)
+        self.concurrency = count
+
+    @property
+    def model_name(self) -> str:
+        return self._workers[0].model_name
+
+    @property
+    def dimension(self) -> int:
+        return self._workers[0].dimension
+
+    @property
+    def pids(self) -> list[int]:
+        return [worker.pid for worker in self._workers]
+
+    @property
+    def priority(self) -> str:
+        return self._workers[0].priority
+
+    @property
+    def available(self) -> bool:
+        return all(worker.available for worker in self._workers)
+
+    async def embed_batch(self, texts: Sequence[str]) -> BatchResult:
+        # The batcher keeps at most `concurrency` calls in flight, so a child is idle; should
+        # one not be, the batch queues behind the first child's.
+        worker = self._idle.pop() if self._idle else self._workers[0]
+        try:
+            return await worker.embed_batch(texts)
+        finally:
+            if worker not in self._idle:
+                self._idle.append(worker)
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -77,6 +78,12 @@ class Settings(BaseSettings):
     # The model in a process of its own (embedding_process.py), so that its forward pass
     # does not wait on the event loop for the interpreter lock; false runs it in a thread.
     embedding_process: bool = True
+    # How many such processes: each computes one batch at a time, on a core of its own.
+    # Two on a 2-core machine answer a burst's overlapping queries side by side instead of
+    # in ever larger batches, whose forward passes take ever longer.
+    embedding_processes: int = Field(
+        default_factory=lambda: min(2, os.cpu_count() or 1), ge=1, le=16
+    )
     # The embedding process's nice (and its scheduling group's): the model is on every
     # request's path, so on a busy machine it goes first. Needs root or CAP_SYS_NICE.
     embedding_nice: int = Field(-10, ge=-20, le=19)

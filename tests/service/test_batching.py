@@ -15,7 +15,7 @@ from spanbudget.service.embedding import (
     EmbeddingBatcher,
     SentenceTransformerEmbedder,
 )
-from spanbudget.service.embedding_process import EmbeddingProcess
+from spanbudget.service.embedding_process import EmbeddingPool
 from spanbudget.service.vectorstore import EdgeStore
 
 pytestmark = pytest.mark.anyio
@@ -57,6 +57,7 @@ class InstantEmbedder:
     model_name = "instant"
     dimension = 1
     available = True
+    concurrency = 1
 
     def __init__(self) -> None:
         self.batches: list[list[str]] = []
@@ -136,19 +137,51 @@ async def test_a_lone_query_waits_no_longer_than_the_window() -> None:
     assert time.perf_counter() - started < 1
 
 
+class SlowEmbedder(InstantEmbedder):
+    """Takes 50 ms a call, `concurrency` calls at a time; records how many overlapped."""
+
+    def __init__(self, concurrency: int) -> None:
+        super().__init__()
+        self.concurrency = concurrency
+        self.in_flight = self.most_in_flight = 0
+
+    async def embed_batch(self, texts: Sequence[str]) -> BatchResult:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await anyio.sleep(0.05)
+            return await super().embed_batch(texts)
+        finally:
+            self.in_flight -= 1
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+async def test_queries_are_shared_among_the_model_calls_that_can_run(concurrency: int) -> None:
+    embedder = SlowEmbedder(concurrency)
+    batcher = EmbeddingBatcher(embedder)
+    texts = [f"query {i}" for i in range(8)]
+    async with anyio.create_task_group() as group:
+        for text in texts:
+            group.start_soon(batcher.embed, text)
+    assert sorted(t for batch in embedder.batches for t in batch) == sorted(texts)
+    # One call takes all eight; two share them and compute side by side.
+    assert [len(b) for b in embedder.batches] == [8 // concurrency] * concurrency
+    assert embedder.most_in_flight == concurrency
+
+
 @pytest.fixture(scope="module")
-def worker() -> Iterator[EmbeddingProcess]:
-    """The real model in its own process, as `spanbudget serve` runs it."""
-    process = EmbeddingProcess()
-    yield process
-    process.close()
+def pool() -> Iterator[EmbeddingPool]:
+    """The real model in two processes of its own, as `spanbudget serve` can run it."""
+    processes = EmbeddingPool(2)
+    yield processes
+    processes.close()
 
 
-async def test_the_embedding_process_answers_as_one_at_a_time_embedding(
-    worker: EmbeddingProcess, embedder: SentenceTransformerEmbedder, small_store: EdgeStore
+async def test_the_embedding_processes_answer_as_one_at_a_time_embedding(
+    pool: EmbeddingPool, embedder: SentenceTransformerEmbedder, small_store: EdgeStore
 ) -> None:
     alone = [embedder.embed([q])[0] for q in QUERIES]
-    batcher = EmbeddingBatcher(worker)
+    batcher = EmbeddingBatcher(pool)
     got: dict[int, list[float]] = {}
     sizes: list[int] = []
 
@@ -161,9 +194,10 @@ async def test_the_embedding_process_answers_as_one_at_a_time_embedding(
     async with anyio.create_task_group() as group:
         for i in range(len(QUERIES)):
             group.start_soon(one, i)
-    # The queries of different lengths were padded into shared model calls...
-    assert max(sizes) > 1
-    assert worker.dimension == embedder.dimension == len(got[0])
+    # The queries of different lengths were padded into shared model calls, in both
+    # processes at once...
+    assert sorted(set(sizes)) == [3, 4]
+    assert pool.dimension == embedder.dimension == len(got[0])
     for i, vector in enumerate(alone):
         # ...and still came out as if embedded one at a time, and find the same chunks.
         assert got[i] == pytest.approx(vector, abs=1e-5)
@@ -173,9 +207,10 @@ async def test_the_embedding_process_answers_as_one_at_a_time_embedding(
 
 
 async def test_a_caller_that_stops_waiting_does_not_shift_the_answers(
-    worker: EmbeddingProcess, embedder: SentenceTransformerEmbedder
+    pool: EmbeddingPool, embedder: SentenceTransformerEmbedder
 ) -> None:
     with anyio.move_on_after(0.001):
-        await worker.embed_batch(["abandoned query"])
-    result = await worker.embed_batch([QUERIES[0]])
+        await pool.embed_batch(["abandoned query"])
+    # The same process answers next (the one freed last), the abandoned answer first.
+    result = await pool.embed_batch([QUERIES[0]])
     assert result.vectors[0] == pytest.approx(embedder.embed([QUERIES[0]])[0], abs=1e-5)
