@@ -3,19 +3,22 @@
 a nominal and a burst rate, and where retrieval's wall time goes.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/cpu.py [--data-dir ./data] [--rates 2,16]
-        [--seconds 20] [--configs before,after]
+        [--seconds 20] [--configs before,after,after-1process]
 
 It starts the same processes as the demo (`spanbudget.demo.stack_children`), on ports of
 its own, and drives the gateway with the load tester's open-loop dispatcher from this
-process. CPU time comes from /proc/<pid>/stat (utime + stime): contention from other work
-on the machine changes the wall times much more than the CPU-ms. Configurations run one
-after the other in the same run: `before` runs the gateway as the previous release did
-(the model in a worker thread of the gateway's own process), `after` with the shipped
-defaults; the others change one setting of `after`.
+process. CPU time comes from /proc/<pid>/stat (utime + stime), the time spent runnable
+but waiting for a core from /proc/<pid>/task/*/schedstat: contention from other work on
+the machine changes the wall times much more than the CPU-ms. Configurations run one after
+the other in the same run: `before` runs the query model as the previous release did, in
+a worker thread of the gateway's own process; `after` with the shipped defaults; the
+others change one setting of `after`. (Qdrant Edge's one search thread and the collector's
+lower priority apply to every configuration: `after-qdrant8` undoes the first.)
 
 The latency rows are the budget collector's verdicts, as in the demo. The collector also
 forwards the spans to a receiver in this process, which reads what the `embeddings {model}`
-span says about its query: the wait for the model, the model call's wall and CPU time.
+span says about its query: the waits for the model and for the event loop, the model
+call's wall and CPU time.
 """
 
 from __future__ import annotations
