@@ -89,10 +89,10 @@ class BandRow:
     p99_ms: float | None
 
 
-def stage_bands(rows: Sequence[BandRow], *, width: float = 640) -> Markup:
+def stage_bands(rows: Sequence[BandRow], *, width: float = 760) -> Markup:
     """One row per stage: green up to the target, yellow up to the limit, red beyond; the
     whisker runs from p50 to p99 and the dot is p95. Each row has its own scale."""
-    label_w, value_w, row_h = 92.0, 150.0, 38.0
+    label_w, value_w, row_h = 92.0, 220.0, 38.0
     plot_w = width - label_w - value_w
     body: list[str] = []
     for i, row in enumerate(rows):

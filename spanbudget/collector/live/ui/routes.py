@@ -25,11 +25,13 @@ from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.links import jaeger_trace_url
 from spanbudget.collector.live.pipeline import Pipeline
 from spanbudget.collector.live.ui.charts import (
+    BandRow,
     BudgetRow,
     StackPart,
     band_class,
     budget_bars,
     fmt_ms,
+    stage_bands,
     stage_stack,
 )
 from spanbudget.collector.live.ui.overview import build_overview
@@ -262,7 +264,23 @@ def ui_router(
         if not verdicts:
             raise HTTPException(404, f"no verdicts carry loadtest.run_id={run_id!r}")
         report = run_report(verdicts, budget(), run_id)
-        return page("run.html", request, report=report, run_id=run_id)
+        rows = [
+            BandRow(
+                s["name"],
+                s["target_ms"],
+                s["limit_ms"],
+                *((s["ms"] or {}).get(q) for q in ("p50", "p95", "p99")),
+            )
+            for s in report["stages"]
+        ]
+        ttft = report["ttft_ms"] or {}
+        total = report["budget"]["total"]
+        rows.append(
+            BandRow(
+                "TTFT", total["target_ms"], total["limit_ms"], *map(ttft.get, ("p50", "p95", "p99"))
+            )
+        )
+        return page("run.html", request, report=report, run_id=run_id, bands_svg=stage_bands(rows))
 
     @router.get("/static/{name}")
     def static(name: str) -> Response:
