@@ -7,6 +7,7 @@ fixture installs when missing. `Browser` talks to `browser.js` one JSON line at 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -28,8 +29,16 @@ def install_playwright_core(folder: Path) -> Path:
             raise RuntimeError("npm is missing: install Debian's nodejs and npm")
         folder.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--no-save", "--prefix", str(folder),
-             PLAYWRIGHT_CORE],
+            [
+                npm,
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--no-save",
+                "--prefix",
+                str(folder),
+                PLAYWRIGHT_CORE,
+            ],
             check=True,
             timeout=600,
             capture_output=True,
@@ -123,10 +132,8 @@ class Browser:
 
     def close(self) -> None:
         if self._process.poll() is None:
-            try:
+            with contextlib.suppress(AssertionError, RuntimeError, BrokenPipeError):
                 self.call("close")
-            except (AssertionError, RuntimeError, BrokenPipeError):
-                pass
             try:
                 self._process.wait(timeout=20)
             except subprocess.TimeoutExpired:

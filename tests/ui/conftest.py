@@ -181,8 +181,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def wait_for_verdicts(stack: Stack, trace_ids: list[str]) -> None:
     def judged() -> bool:
-        return all(
-            stack.client.get(f"/api/verdicts/{t}").status_code == 200 for t in trace_ids
-        )
+        return all(stack.client.get(f"/api/verdicts/{t}").status_code == 200 for t in trace_ids)
 
     wait_until(judged, f"verdicts of {len(trace_ids)} traces", timeout=30, every=0.2)

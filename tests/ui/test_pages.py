@@ -10,6 +10,7 @@ Set SPANBUDGET_UI_SCREENSHOTS=docs to refresh the screenshots the README shows.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import uuid
@@ -44,7 +45,9 @@ class Traces:
 
 def _post(stack: Stack, spans: Any) -> None:
     response = stack.client.post(
-        "/v1/traces", content=otlp_json(to_request(spans)), headers={"Content-Type": "application/json"}
+        "/v1/traces",
+        content=otlp_json(to_request(spans)),
+        headers={"Content-Type": "application/json"},
     )
     assert response.status_code == 200, response.text
 
@@ -122,9 +125,11 @@ def test_overview_draws_every_stage_against_the_summary(
     assert sum(counts) == summary["ttft"]["count"]
     # The firing alert and the latest overruns, with their blame.
     alerts = text(page, "#alerts")
-    assert "retrieval" in alerts and "page" in alerts
+    assert "retrieval" in alerts
+    assert "page" in alerts
     overruns = text(page, "#overruns")
-    assert traces.burst[-1] in overruns and "retrieval" in overruns
+    assert traces.burst[-1] in overruns
+    assert "retrieval" in overruns
 
 
 def test_overview_refreshes_in_place(page: Browser, stack: Stack, traces: Traces) -> None:
@@ -149,7 +154,9 @@ def test_overview_of_one_run(page: Browser, stack: Stack, traces: Traces) -> Non
     assert f"in run {RUN_ID}" in body
 
 
-def test_old_fragment_links_open_the_trace_page(page: Browser, stack: Stack, traces: Traces) -> None:
+def test_old_fragment_links_open_the_trace_page(
+    page: Browser, stack: Stack, traces: Traces
+) -> None:
     page.goto(f"{stack.collector}/#{traces.real[0]}")
     page.wait("location.pathname.startsWith('/traces/')")
     assert page.eval("location.pathname") == f"/traces/{traces.real[0]}"
@@ -179,7 +186,8 @@ def test_trace_list_filters_and_pages(
     page.select("#f-status", "overrun")
     page.click("#trace-filters button[type=submit]")
     over = listed(page)
-    assert over and {r["status"] for r in over} == {"overrun"}
+    assert over
+    assert {r["status"] for r in over} == {"overrun"}
     assert [r["id"] for r in over] == [
         v["trace_id"] for v in stack.api("/api/verdicts", status="overrun", limit=50)
     ]
@@ -198,9 +206,7 @@ def test_trace_list_filters_and_pages(
     first = [r["id"] for r in listed(page)]
     page.click("#older")
     second = [r["id"] for r in listed(page)]
-    assert second == [
-        v["trace_id"] for v in stack.api("/api/verdicts", before=first[-1], limit=50)
-    ]
+    assert second == [v["trace_id"] for v in stack.api("/api/verdicts", before=first[-1], limit=50)]
     assert not set(first) & set(second)
 
 
@@ -212,7 +218,11 @@ def test_a_link_in_the_list_opens_the_trace_page(
     page.click("#trace-list tbody a")
     assert page.eval("location.pathname") == href
     assert page.eval("document.getElementById('verdict-status').textContent") in (
-        "ok", "warn", "overrun", "error", "incomplete"
+        "ok",
+        "warn",
+        "overrun",
+        "error",
+        "incomplete",
     )
 
 
@@ -257,7 +267,7 @@ def check_waterfall(browser: Browser, verdict: dict[str, Any]) -> dict[str, Any]
     assert g["greyx"] == pytest.approx(g["ftx"], abs=0.011)  # greyed from the first token on
     segments = sorted(g["cp"], key=lambda s: s["x"])
     assert segments[0]["x"] == pytest.approx(x0, abs=0.011)  # the path starts at t0 ...
-    for a, b in zip(segments, segments[1:], strict=False):  # ... runs without gaps ...
+    for a, b in itertools.pairwise(segments):  # ... runs without gaps ...
         assert b["x"] == pytest.approx(a["x"] + a["w"], abs=0.03)
     last = segments[-1]
     assert last["x"] + last["w"] == pytest.approx(g["ftx"], abs=0.03)  # ... to the first token
@@ -287,7 +297,8 @@ def test_trace_page_of_a_real_trace(
         f"{JAEGER_UI}/trace/{slowest}"
     )
     shown = page.eval("JSON.parse(document.getElementById('verdict-json').textContent)")
-    assert shown["stages"] == verdict["stages"] and shown["ttft_ms"] == verdict["ttft_ms"]
+    assert shown["stages"] == verdict["stages"]
+    assert shown["ttft_ms"] == verdict["ttft_ms"]
     # The budget bar: each stage's actual time drawn at its verdict's ms.
     actual = page.eval(
         "Object.fromEntries([...document.querySelectorAll('svg.budget g.stage-row')].map(g =>"

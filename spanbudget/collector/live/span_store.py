@@ -190,9 +190,7 @@ class SpanStore:
             # As many of the oldest as the excess over the average size: one or two rounds.
             average = self._bytes / self._count
             step = max(1, math.ceil((self._bytes - self.max_bytes) / average))
-            self._delete(
-                "seq IN (SELECT seq FROM trace_spans ORDER BY seq LIMIT ?)", (step,)
-            )
+            self._delete("seq IN (SELECT seq FROM trace_spans ORDER BY seq LIMIT ?)", (step,))
 
     def prune(self, now: float) -> int:
         """Drop traces kept longer than the retention; returns how many."""

@@ -103,24 +103,51 @@ class ColumnSelection:
     def p95_over_time(
         self, names: Sequence[str], start: float, end: float, buckets: int
     ) -> tuple[list[float], dict[str, list[float | None]]]:
-        """Each stage's p95 in `buckets` equal slices of [start, end]: slice starts, values."""
+        """Each stage's p95 in `buckets` equal slices of [start, end]: slice starts, values.
+
+        One sort per stage, by slice then value, so that every slice is a sorted run; the
+        p95 of each run is then taken with numpy's own linear interpolation, all at once.
+        """
         width = (end - start) / buckets if end > start else 1.0
         starts = [start + i * width for i in range(buckets)]
         timed = self.timed()
-        index = np.floor((self.at - start) / width).astype(np.int64)
-        index = np.clip(index, 0, buckets - 1)
-        series: dict[str, list[float | None]] = {name: [None] * buckets for name in names}
-        order = np.argsort(index[timed], kind="stable")
-        slots = index[timed][order]
-        bounds = np.searchsorted(slots, np.arange(buckets + 1))
+        slot_of = np.clip(np.floor((self.at[timed] - start) / width), 0, buckets - 1)
+        slot_of = slot_of.astype(np.int64)
+        series: dict[str, list[float | None]] = {}
         for name in names:
-            ms = self.stage_ms[name][timed][order]
-            for b in range(buckets):
-                chunk = ms[bounds[b] : bounds[b + 1]]
-                chunk = chunk[~np.isnan(chunk)]
-                if len(chunk):
-                    series[name][b] = float(np.percentile(chunk, 95))
+            ms = self.stage_ms[name][timed]
+            keep = ~np.isnan(ms)
+            values, slots = ms[keep], slot_of[keep]
+            order = np.lexsort((values, slots))
+            values = values[order]
+            counts = np.bincount(slots, minlength=buckets)
+            firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+            out: list[float | None] = [None] * buckets
+            present = np.nonzero(counts)[0]
+            if len(present):
+                p95 = _linear_percentile(values, firsts[present], counts[present], 95)
+                for slot, value in zip(present, p95, strict=True):
+                    out[int(slot)] = float(value)
+            series[name] = out
         return starts, series
+
+
+def _linear_percentile(
+    values: Floats, firsts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64], q: float
+) -> Floats:
+    """The q-th percentile of each sorted run `values[first:first + count]`.
+
+    numpy's default method, arithmetic included (as `stats.percentile`): rank
+    (n - 1) * q / 100 between the closest ranks, and numpy's `_lerp`.
+    """
+    rank = (counts - 1) * (q / 100)
+    low = np.floor(rank).astype(np.int64)
+    high = np.minimum(low + 1, counts - 1)
+    gamma = rank - low
+    a, b = values[firsts + low], values[firsts + high]
+    diff = b - a
+    result: Floats = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+    return result
 
 
 class _Grow:
@@ -256,42 +283,58 @@ class VerdictColumns:
         return fixed + list(self._stage_ms.values()) + list(self._stage_status.values())
 
     def _read_new(self, connection: sqlite3.Connection) -> None:
+        """Append the verdicts stored after the last one read: SQLite pivots the stage rows
+        to one row a verdict, numpy takes the numbers as they come (NULL becomes NaN)."""
         after = self._last_seq
-        rows = connection.execute(
-            "SELECT seq, evaluated_at, " + _STATUS_SQL.format(col="status") + ", ttft_ms, run_id"
+        verdicts = connection.execute(
+            "SELECT seq, evaluated_at, " + _STATUS_SQL.format(col="status") + ", ttft_ms"
             " FROM verdicts WHERE seq > ? ORDER BY seq",
             (after,),
         ).fetchall()
-        if not rows:
+        if not verdicts:
             return
-        seqs, ats, statuses, ttfts, runs = zip(*rows, strict=True)
-        count = len(rows)
+        numbers = np.array(verdicts, dtype=np.float64)
+        last = int(numbers[-1, 0])
+        runs = connection.execute(
+            "SELECT run_id FROM verdicts WHERE seq > ? AND seq <= ? ORDER BY seq", (after, last)
+        ).fetchall()
+        names = [
+            name
+            for (name,) in connection.execute(
+                "SELECT DISTINCT stage FROM stage_results WHERE seq > ? AND seq <= ?",
+                (after, last),
+            )
+        ]
+        count = len(verdicts)
         start, end = self._n, self._n + count
         for grow in self._columns():
             grow.ensure(end)
             grow.data[start:end] = grow.fill
+        seqs = numbers[:, 0].astype(np.int64)
         self._seq.data[start:end] = seqs
-        self._at.data[start:end] = ats
-        self._status.data[start:end] = statuses
-        self._ttft.data[start:end] = np.array(ttfts, dtype=np.float64)  # None -> NaN
-        self._run.data[start:end] = [self._run_code(r) for r in runs]
-        last = int(seqs[-1])
-        stage_rows = connection.execute(
-            "SELECT seq, stage, ms, " + _STATUS_SQL.format(col="status") + " FROM stage_results"
-            " WHERE seq > ? AND seq <= ?",
-            (after, last),
-        ).fetchall()
-        if stage_rows:
-            s_seq, s_name, s_ms, s_status = zip(*stage_rows, strict=True)
-            positions = start + np.searchsorted(self._seq.data[start:end], np.array(s_seq))
-            names = np.array(s_name, dtype=object)
-            ms = np.array(s_ms, dtype=np.float64)
-            codes = np.array(s_status, dtype=np.int8)
-            for name in dict.fromkeys(s_name):
-                mine = names == name
-                ms_col, status_col = self._stage(name, end)
-                ms_col.data[positions[mine]] = ms[mine]
-                status_col.data[positions[mine]] = codes[mine]
+        self._at.data[start:end] = numbers[:, 1]
+        self._status.data[start:end] = numbers[:, 2]
+        self._ttft.data[start:end] = numbers[:, 3]
+        self._run.data[start:end] = [self._run_code(run_id) for (run_id,) in runs]
+        if names:
+            status = _STATUS_SQL.format(col="status")
+            pivot = ", ".join(
+                f"MAX(CASE WHEN stage = ? THEN ms END), MAX(CASE WHEN stage = ? THEN {status} END)"
+                for _ in names
+            )
+            stage_rows = connection.execute(
+                f"SELECT seq, {pivot} FROM stage_results WHERE seq > ? AND seq <= ?"
+                " GROUP BY seq ORDER BY seq",
+                [*(n for name in names for n in (name, name)), after, last],
+            ).fetchall()
+            if stage_rows:
+                table = np.array(stage_rows, dtype=np.float64)
+                positions = start + np.searchsorted(seqs, table[:, 0].astype(np.int64))
+                for i, name in enumerate(names):
+                    ms_col, status_col = self._stage(name, end)
+                    ms_col.data[positions] = table[:, 1 + 2 * i]
+                    codes = table[:, 2 + 2 * i]
+                    status_col.data[positions] = np.where(np.isnan(codes), -1, codes)
         self._n = end
         self._last_seq = last
 

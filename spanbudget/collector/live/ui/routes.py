@@ -7,7 +7,9 @@ overview's body in place and keeps `/#<trace id>` links working.
 from __future__ import annotations
 
 import json
+import logging
 import re
+import threading
 import time
 from datetime import datetime
 from importlib import resources
@@ -44,11 +46,13 @@ from spanbudget.collector.verdict import Status
 
 __all__ = ["RANGES", "ui_router"]
 
+log = logging.getLogger(__name__)
 _TRACE_ID = re.compile(r"[0-9a-fA-F]{32}\Z")
 RANGES = ("15m", "1h", "6h", "24h", "7d", "all")
 DEFAULT_RANGE = "1h"
 PAGE_SIZE = 50
 REFRESH_SECONDS = 5
+RUN_REPORTS_KEPT = 16  # a run's report is computed once per change of its verdicts
 _STATIC = {"ui.css": "text/css", "ui.js": "text/javascript"}
 
 
@@ -85,6 +89,13 @@ def _since(text: str | None) -> float | None:
         ) from None
 
 
+def _warm(columns: VerdictColumns) -> None:
+    try:
+        columns.select(since=time.time())
+    except Exception:  # a page will try again, and say what is wrong
+        log.exception("reading the verdict store for the web UI failed")
+
+
 def ui_router(
     pipeline: Pipeline,
     *,
@@ -95,7 +106,10 @@ def ui_router(
     """The pages over one pipeline's store (and alert rules, and kept spans)."""
     store = pipeline.store
     settings = pipeline.settings
-    columns = columns or VerdictColumns(store.path)
+    if columns is None:
+        columns = VerdictColumns(store.path)
+        # Read the store into columns now, not when the first visitor asks (seconds at 100k).
+        threading.Thread(target=_warm, args=(columns,), name="ui-columns", daemon=True).start()
     source = spans or SpanSource(pipeline.spans, settings.jaeger_url)
     env = _environment()
     evaluators: dict[int, Evaluator] = {}
@@ -258,12 +272,32 @@ def ui_router(
     def runs(request: Request) -> HTMLResponse:
         return page("runs.html", request, runs=columns.runs())
 
-    @router.get("/runs/{run_id}", response_class=HTMLResponse)
-    def run_page(request: Request, run_id: str) -> HTMLResponse:
+    reports: dict[tuple[str, int, float, int], dict[str, Any]] = {}
+    reports_lock = threading.Lock()
+
+    def report_of(run_id: str) -> dict[str, Any] | None:
+        """The run's report, computed again only when its verdicts (or the budget) change."""
+        held = next((r for r in columns.runs() if r[0] == run_id), None)
+        key = (run_id, held[1], held[3], id(pipeline.budget)) if held else None
+        with reports_lock:
+            if key is not None and key in reports:
+                return reports[key]
         verdicts = run_verdicts(store, run_id)
         if not verdicts:
-            raise HTTPException(404, f"no verdicts carry loadtest.run_id={run_id!r}")
+            return None
         report = run_report(verdicts, budget(), run_id)
+        if key is not None:
+            with reports_lock:
+                if len(reports) >= RUN_REPORTS_KEPT:
+                    reports.pop(next(iter(reports)))
+                reports[key] = report
+        return report
+
+    @router.get("/runs/{run_id}", response_class=HTMLResponse)
+    def run_page(request: Request, run_id: str) -> HTMLResponse:
+        report = report_of(run_id)
+        if report is None:
+            raise HTTPException(404, f"no verdicts carry loadtest.run_id={run_id!r}")
         rows = [
             BandRow(
                 s["name"],
