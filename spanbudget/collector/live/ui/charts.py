@@ -168,7 +168,7 @@ def ttft_histogram(
     height: float = 190,
 ) -> Markup:
     """Bars of TTFT counts, coloured by band, with the target and the limit marked."""
-    left, bottom, top_pad = 40.0, 28.0, 18.0
+    left, bottom, top_pad = 40.0, 28.0, 22.0
     plot_w, plot_h = width - left - 8, height - bottom - top_pad
     span = edges[-1] - edges[0] or 1.0
     peak = max(counts, default=0) or 1
@@ -188,13 +188,13 @@ def ttft_histogram(
             f'width="{num(max(0.5, x(hi) - x(lo) - 1))}" height="{num(h)}" data-count="{count}">'
             f"<title>{fmt_ms(lo)}–{fmt_ms(hi)} ms: {count}</title></rect>"
         )
-    for ms, name in ((target_ms, "target"), (limit_ms, "limit")):
+    for ms, name, anchor, dx in ((target_ms, "target", "end", -3), (limit_ms, "limit", "start", 3)):
         body.append(
             f'<line class="mark {name}" x1="{num(x(ms))}" x2="{num(x(ms))}" '
             f'y1="{num(top_pad - 4)}" '
             f'y2="{num(top_pad + plot_h)}" data-ms="{num(ms)}"/>'
-            f'<text class="tick" x="{num(x(ms) + 3)}" y="{num(top_pad + 6)}">{name} '
-            f"{fmt_ms(ms)}</text>"
+            f'<text class="tick" x="{num(x(ms) + dx)}" y="{num(top_pad - 6)}" '
+            f'text-anchor="{anchor}">{name} {fmt_ms(ms)}</text>'
         )
     for ms in nice_ticks(edges[0], edges[-1], 6):
         body.append(

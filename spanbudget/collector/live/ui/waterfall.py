@@ -44,7 +44,7 @@ class WaterfallRow:
     segments: tuple[tuple[float, float], ...]  # its exclusive time on the critical path
     self_ms: float  # the evaluator's exclusive time (equals the segments' sum)
     virtual: bool
-    shift_ms: float  # clock-skew shift applied to it (and its subtree), 0 when none
+    shift_ms: float  # clock-skew shift applied here (its subtree moved with it), 0 when none
     error: bool
 
 
@@ -70,6 +70,8 @@ def build_waterfall(spans: Sequence[Span], evaluator: Evaluator) -> Waterfall | 
         attributed = {node.span_id: node for node in judged.tree.nodes}
         colours = {name: i for i, name in enumerate(evaluator.budget.stage_names())}
         rows: list[WaterfallRow] = []
+        # A shifted span moves its subtree with it: mark the span the shift was applied to.
+        offsets: dict[str, int] = {}
         stack = [layout.root]
         while stack:
             node = stack.pop()
@@ -77,7 +79,14 @@ def build_waterfall(spans: Sequence[Span], evaluator: Evaluator) -> Waterfall | 
             twin = attributed.get(node.span_id)
             stage = twin.stage if twin is not None else None
             on_path = twin is not None and twin.on_path
-            shift = 0 if node.virtual else node.start - original.get(node.span_id, node.start)
+            parent_offset = offsets.get(node.parent.span_id, 0) if node.parent else 0
+            offset = (
+                parent_offset
+                if node.virtual
+                else node.start - original.get(node.span_id, node.start)
+            )
+            offsets[node.span_id] = offset
+            shift = offset - parent_offset
             rows.append(
                 WaterfallRow(
                     span_id=node.span_id,
@@ -200,12 +209,15 @@ def render_waterfall(view: Waterfall, *, width: float = 1040) -> Markup:
                 f'data-start-ms="{num(start)}" data-end-ms="{num(end)}"/>'
             )
         if row.shift_ms:
+            ghost = row.start_ms - row.shift_ms
+            right = x(max(row.end_ms, ghost + dur)) + 4
+            left = x(min(row.start_ms, ghost)) - 4
+            at, anchor = (right, "start") if right + 64 <= width else (left, "end")
             body.append(
-                f'<rect class="ghost" x="{num(x(row.start_ms - row.shift_ms))}" y="{num(y + 5)}" '
+                f'<rect class="ghost" x="{num(x(ghost))}" y="{num(y + 5)}" '
                 f'width="{num(max(1.0, dur * scale))}" height="10"/>'
-                f'<text class="skew" x="{num(x(max(row.end_ms, row.end_ms - row.shift_ms)) + 4)}" '
-                f'y="{num(y + 14)}" data-shift-ms="{num(row.shift_ms)}">⇄ {row.shift_ms:+.1f} ms'
-                "</text>"
+                f'<text class="skew" x="{num(at)}" y="{num(y + 14)}" text-anchor="{anchor}" '
+                f'data-shift-ms="{num(row.shift_ms)}">⇄ {row.shift_ms:+.1f} ms</text>'
             )
         body.append("</g>")
     if ft is not None:
