@@ -87,7 +87,21 @@ def test_the_collector_keeps_the_spans_of_judged_traces(tmp_path: Path, keep: bo
             assert kept is None
             return
         assert kept is not None
+        assert kept.wait_idle(10)  # its own thread writes them, off the worker
         got = kept.get("ab" * 16)
         assert got is not None
         assert sorted(s.span_id for s in got) == sorted(s.span_id for s in spans)
         assert {s.name for s in got} == {s.name for s in spans}
+
+
+def test_keep_writes_on_the_store_s_thread_and_drops_beyond_its_queue(tmp_path: Path) -> None:
+    store = _store(tmp_path / "s.db")
+    store.max_pending = 3
+    assert store.keep([_trace(i) for i in range(1, 6)]) == 2  # room for three
+    assert store.wait_idle(10)
+    assert store.dropped == 2
+    assert [i for i in range(1, 6) if store.get(f"{i:032x}")] == [1, 2, 3]
+    assert store.keep([_trace(6)]) == 0  # written, the queue has room again
+    store.prune(time.time() + 7200)  # queued behind the write, on the same thread
+    store.close()  # drains and stops the thread
+    assert _store(tmp_path / "s.db").count == 0

@@ -262,8 +262,6 @@ class Pipeline:
     def _keep_spans(self, due: list[DueTrace], fresh: list[Verdict]) -> None:
         assert self.spans is not None
         judged = {verdict.trace_id for verdict in fresh}
-        try:
-            self.spans.write([trace.spans for trace in due if trace.trace_id in judged])
-        except Exception:  # the trace page loses a waterfall; judging goes on
-            log.exception("keeping the spans of %d traces failed", len(judged))
-            self.metrics.export_failures.labels("spans").inc()
+        dropped = self.spans.keep([trace.spans for trace in due if trace.trace_id in judged])
+        if dropped:  # the span store's queue is full: those trace pages lose their waterfall
+            self.metrics.export_failures.labels("spans").inc(dropped)
