@@ -6,6 +6,7 @@ Shared by the live collector, `spanbudget check` and the load tester.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from spanbudget.collector.attribution import Node, Tree, assemble, attribute_window
@@ -14,11 +15,20 @@ from spanbudget.collector.semconv import GEN_AI_REQUEST_MODEL, LOADTEST_PREFIX
 from spanbudget.collector.spans import AttrValue, Span
 from spanbudget.collector.verdict import StageResult, Status, Verdict
 
-__all__ = ["Evaluator", "evaluate", "first_token_ns"]
+__all__ = ["Evaluator", "Judged", "evaluate", "first_token_ns"]
 
 _NS_PER_MS = 1_000_000
 _UNIT_NS = 10_000  # verdict times are rounded to 0.01 ms
 _MEMO_LIMIT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A verdict, its attributed tree, and the first token (ns since the epoch, or None)."""
+
+    verdict: Verdict
+    tree: Tree
+    first_token_ns: int | None
 
 
 class Evaluator:
@@ -42,6 +52,18 @@ class Evaluator:
 
     def evaluate(self, spans: Sequence[Span], *, evaluated_at: datetime) -> Verdict | None:
         """The verdict of one trace, or None when no span matches any stage (not judged)."""
+        judged = self.judge(spans, evaluated_at=evaluated_at)
+        if judged is None:
+            return None
+        judged.tree.release()
+        return judged.verdict
+
+    def judge(self, spans: Sequence[Span], *, evaluated_at: datetime) -> Judged | None:
+        """The verdict with the attributed tree it came from (for views that draw it).
+
+        The tree's nodes are clipped to the TTFT window, with `self_ns` and `on_path` set;
+        call `tree.release()` when done with it.
+        """
         matched: set[str] = set()
 
         def classify(node: Node, is_root: bool) -> str | None:
@@ -53,12 +75,16 @@ class Evaluator:
         tree = assemble(spans, classify)
         if tree is None:
             return None
-        try:
-            if not matched:
-                return None
-            return self._judge(spans, tree, matched, evaluated_at)
-        finally:
+        if not matched:
             tree.release()
+            return None
+        try:
+            first_token = _first_token(tree, self._marks, spans)
+            verdict = self._judge(spans[0].trace_id, tree, matched, first_token, evaluated_at)
+        except BaseException:
+            tree.release()
+            raise
+        return Judged(verdict, tree, first_token)
 
     def stage_of(self, node: Node, *, is_root: bool) -> str | None:
         """The first stage (file order) with a selector that matches, else None."""
@@ -89,11 +115,15 @@ class Evaluator:
         return stage
 
     def _judge(
-        self, spans: Sequence[Span], tree: Tree, matched: set[str], evaluated_at: datetime
+        self,
+        trace_id: str,
+        tree: Tree,
+        matched: set[str],
+        first_token: int | None,
+        evaluated_at: datetime,
     ) -> Verdict:
         budget = self.budget
         root = tree.root
-        first_token = _first_token(tree, self._marks, spans)
         window_end = first_token if first_token is not None else root.end
         uncovered = attribute_window(tree, root.start, window_end)
 
@@ -152,7 +182,7 @@ class Evaluator:
             status = max([total_status, *(r.status for r in results)], key=_severity)
 
         return Verdict(
-            trace_id=spans[0].trace_id,
+            trace_id=trace_id,
             budget=budget.name,
             status=status,
             ttft_ms=ttft_ms,

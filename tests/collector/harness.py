@@ -24,6 +24,7 @@ from spanbudget.collector.live.forward import Forwarder
 from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.pipeline import Pipeline, VerdictListener
 from spanbudget.collector.live.settings import CollectorSettings
+from spanbudget.collector.live.span_store import SpanStore
 from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.spans import Span, SpanKind
 from tests.otlp_build import request_to_json
@@ -119,6 +120,7 @@ def running_collector(
         store=store,
         forwarder=forwarder,
         listeners=listeners,
+        spans=SpanStore.from_settings(settings),
     )
     pipeline.start()
     try:

@@ -21,6 +21,7 @@ from spanbudget.collector.live.forward import Forwarder, annotate
 from spanbudget.collector.live.intake import Batch
 from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.settings import CollectorSettings
+from spanbudget.collector.live.span_store import SpanStore
 from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.verdict import Verdict
 
@@ -57,11 +58,13 @@ class Pipeline:
         store: VerdictStore,
         forwarder: Forwarder | None = None,
         listeners: Sequence[VerdictListener] = (),
+        spans: SpanStore | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
         self.store = store
+        self.spans = spans  # the judged traces' spans, for the web UI's trace page
         self.forwarder = forwarder
         self.listeners = list(listeners)
         self._clock = clock
@@ -148,6 +151,8 @@ class Pipeline:
         if self.forwarder is not None:
             self.forwarder.close(self.settings.shutdown_drain_seconds)
         self.store.close()
+        if self.spans is not None:
+            self.spans.close()
 
     # -- worker -------------------------------------------------------------------------
 
@@ -197,6 +202,8 @@ class Pipeline:
         if now - self._last_prune >= _PRUNE_EVERY_SECONDS:
             self._last_prune = now
             self.store.prune(time.time())
+            if self.spans is not None:
+                self.spans.prune(time.time())
 
     def _account(self, result: AddResult, late_counts: dict[str, int], forward: list[Any]) -> None:
         metrics = self.metrics
@@ -243,9 +250,18 @@ class Pipeline:
             self.metrics.observe(verdict)
         if not fresh:
             return
+        if self.spans is not None:
+            self._keep_spans(due, fresh)
         for listener in self.listeners:
             try:
                 listener.on_verdicts(fresh)
             except Exception:
                 log.exception("verdict listener %s failed", listener.name)
                 self.metrics.export_failures.labels(listener.name).inc()
+
+    def _keep_spans(self, due: list[DueTrace], fresh: list[Verdict]) -> None:
+        assert self.spans is not None
+        judged = {verdict.trace_id for verdict in fresh}
+        dropped = self.spans.keep([trace.spans for trace in due if trace.trace_id in judged])
+        if dropped:  # the span store's queue is full: those trace pages lose their waterfall
+            self.metrics.export_failures.labels("spans").inc(dropped)
