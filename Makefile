@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/evaluate.py
 	$(BIN)/python bench/readers.py
 	$(BIN)/python bench/pipeline.py
+	$(BIN)/python bench/ui.py
 	$(BIN)/python bench/loadgen.py
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/engine.py

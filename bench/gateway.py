@@ -45,7 +45,7 @@ from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.live.processor import span_from_sdk
 from spanbudget.collector.stats import percentile
 from spanbudget.service import semconv as sc
-from spanbudget.service.assembly import build_gateway, hnsw_params
+from spanbudget.service.assembly import build_embedder, build_gateway, hnsw_params
 from spanbudget.service.embedding import SentenceTransformerEmbedder
 from spanbudget.service.ingest import default_corpus, ingest
 from spanbudget.service.settings import Settings
@@ -122,17 +122,18 @@ def start_stub() -> tuple[subprocess.Popen[bytes], int]:
             time.sleep(0.05)
 
 
-def open_store(args: argparse.Namespace, embedder: SentenceTransformerEmbedder) -> EdgeStore:
+def open_store(args: argparse.Namespace) -> EdgeStore:
     settings = Settings(_env_file=None, data_dir=args.data_dir)
     store = EdgeStore(
         settings.shard_path,
         collection=settings.collection,
-        dimension=embedder.dimension,
+        dimension=384,
         hnsw=hnsw_params(settings),
     )
     if store.exists():
         print(f"collection: {store.count()} chunks under {settings.shard_path}")
         return store
+    embedder = SentenceTransformerEmbedder()
     tmp = Path(tempfile.mkdtemp(prefix="spanbudget-bench-"))
     store = EdgeStore(
         tmp / settings.collection,
@@ -197,6 +198,7 @@ def stage_times(spans: list[ReadableSpan], evaluator: Evaluator) -> dict[str, li
         out["  auth.verify (span)"].append(span_ms(sc.SPAN_AUTH))
         out["retrieval"].append(stage_ms["retrieval"])
         out["  embeddings (span)"].append(span_ms("embeddings "))
+        out["  embeddings.queue (span)"].append(span_ms("embeddings.queue"))
         out["  query (span)"].append(span_ms("query "))
         out["prompt"].append(stage_ms["prompt"])
         out["prefill (stub LLM, 1st chunk)"].append(stage_ms["prefill"])
@@ -222,14 +224,11 @@ async def main() -> None:
         return
 
     t0 = time.perf_counter()
-    threads = Settings(_env_file=None).embedding_threads
-    if threads:  # as `spanbudget serve` does
-        import torch
-
-        torch.set_num_threads(threads)
-    embedder = SentenceTransformerEmbedder()
+    # As `spanbudget serve` does: the query model in a process of its own (the SPANBUDGET_
+    # EMBEDDING_* variables apply); the corpus is ingested with an in-process model.
+    query_embedder, stop_embedder = build_embedder(Settings())
     counter = load_tokenizer()
-    store = open_store(args, embedder)
+    store = open_store(args)
     stub, port = start_stub()
     settings = Settings(
         _env_file=None,
@@ -250,7 +249,9 @@ async def main() -> None:
     finally:
         del os.environ["OTEL_SDK_DISABLED"]
     apps = {
-        name: build_gateway(settings, provider, embedder=embedder, store=store, counter=counter)
+        name: build_gateway(
+            settings, provider, embedder=query_embedder, store=store, counter=counter
+        )
         for name, provider in (("on", traced_provider), ("off", off_provider))
     }
     headers = {"Authorization": "Bearer bench-key"}
@@ -331,6 +332,7 @@ async def main() -> None:
     stub.terminate()
     stub.wait(timeout=10)
     store.close()
+    stop_embedder()
     print(f"\nbench wall time {time.perf_counter() - t0:.0f} s")
 
 

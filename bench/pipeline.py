@@ -35,6 +35,7 @@ from spanbudget.collector.live.api import create_app
 from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.pipeline import Pipeline
 from spanbudget.collector.live.settings import CollectorSettings
+from spanbudget.collector.live.span_store import SpanStore
 from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.readers import spans_from_otlp
 from spanbudget.collector.spans import Span
@@ -70,7 +71,7 @@ def timed(run: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def build_pipeline(db: Path, spans: int) -> Pipeline:
+def build_pipeline(db: Path, spans: int, *, keep_spans: bool = False) -> Pipeline:
     settings = CollectorSettings(
         db_path=db,
         budget_path=REPO / "budget.yaml",
@@ -79,11 +80,20 @@ def build_pipeline(db: Path, spans: int) -> Pipeline:
         max_traces=spans,
     )
     store = VerdictStore(db, retention_seconds=86400, retention_count=10_000_000)
+    kept = None
+    if keep_spans:  # what `spanbudget collect` does by default, for the web UI's waterfall
+        kept = SpanStore(
+            settings.spans_path,
+            retention_seconds=settings.retention_seconds,
+            max_traces=settings.span_retention_count,
+            max_bytes=settings.span_retention_bytes,
+        )
     pipeline = Pipeline(
         settings,
         load_budget(settings.budget_path).budget,
         metrics=CollectorMetrics(CollectorRegistry()),
         store=store,
+        spans=kept,
     )
     pipeline.start()
     return pipeline
@@ -120,15 +130,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         pipeline = build_pipeline(Path(tmp) / "a.db", spans)
 
-        def in_process() -> None:
+        def in_process(pipeline: Pipeline) -> None:
             for body in payloads:
                 batch = pipeline.decode(body, content_type=PROTOBUF, content_encoding=None)
                 assert pipeline.offer(batch)
             assert pipeline.wait_idle(600)
 
-        rows.append(("full pipeline, in-process", timed(in_process)))
+        rows.append(("full pipeline, in-process", timed(lambda: in_process(pipeline))))
         judged_a = stored(pipeline)
         pipeline.close()
+
+        keeping = build_pipeline(Path(tmp) / "k" / "a.db", spans, keep_spans=True)
+        kept = keeping.spans
+        assert kept is not None
+
+        def in_process_keeping() -> None:
+            in_process(keeping)
+            assert kept.wait_idle(600)  # the span store writes on its own thread
+
+        rows.append(("… keeping spans for the web UI", timed(in_process_keeping)))
+        assert kept.count == args.traces
+        keeping.close()
 
         pipeline = build_pipeline(Path(tmp) / "b.db", spans)
         with (

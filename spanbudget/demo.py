@@ -8,6 +8,7 @@ queue, and prints the per-stage report.
 
 from __future__ import annotations
 
+import shutil
 import signal
 import sys
 import threading
@@ -29,7 +30,7 @@ from spanbudget.collector.loadtest.telemetry import loadtest_tracer_provider
 from spanbudget.processes import Child, ChildFailed, Supervisor
 from spanbudget.service.settings import Settings as GatewaySettings
 
-__all__ = ["DemoSettings", "run_demo"]
+__all__ = ["DemoSettings", "ingest_if_needed", "run_demo", "stack_children"]
 
 # Spans leave each process within 200 ms, so verdicts follow the requests closely.
 _CHILD_ENV = {"OTEL_BSP_SCHEDULE_DELAY": "200", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -63,7 +64,18 @@ def _command(*args: str) -> list[str]:
     return [sys.executable, "-m", "spanbudget", *args]
 
 
-def _ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: Console) -> None:
+# The collector judges traces after the fact, off every request's path: on a small machine
+# it takes a core only when the request path leaves one (lowering priority needs no right).
+_COLLECTOR_NICE = 10
+
+
+def _niced(command: list[str], nice: int) -> list[str]:
+    """`command` at a lower CPU priority, with `nice` where the system has it."""
+    tool = shutil.which("nice")
+    return [tool, "-n", str(nice), *command] if tool else command
+
+
+def ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: Console) -> None:
     # Where the gateway will read, with the same environment (SPANBUDGET_COLLECTION, ...).
     overrides: dict[str, Any] = {"data_dir": settings.data_dir}
     shard = GatewaySettings(**overrides).shard_path
@@ -83,6 +95,63 @@ def _ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: C
     supervisor.children.remove(child)
     if code != 0:
         raise ChildFailed(f"ingest failed with code {code}:\n{child.log_tail()}")
+
+
+def stack_children(settings: DemoSettings, budget: Path) -> list[Child]:
+    """The collector, the engine emulator and the gateway, as the demo starts them (in order).
+
+    bench/cpu.py starts the same composition to measure where the CPU goes.
+    """
+    collector_url = f"http://{settings.collector}"
+    otlp_env = {**_CHILD_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": collector_url}
+    logs = settings.data_dir / "logs"
+    engine_args = ["engine", "--listen", settings.engine]
+    if settings.preset:
+        engine_args += ["--preset", settings.preset]
+    return [
+        Child(
+            "collector",
+            _niced(
+                _command(
+                    "collect",
+                    "--listen",
+                    settings.collector,
+                    "--budget",
+                    str(budget),
+                    "--db",
+                    str(settings.data_dir / "verdicts.db"),
+                    "--decision-wait",
+                    settings.decision_wait,
+                ),
+                _COLLECTOR_NICE,
+            ),
+            f"{collector_url}/readyz",
+            logs / "collector.log",
+            _CHILD_ENV,
+        ),
+        Child(
+            "engine",
+            _command(*engine_args),
+            f"http://{settings.engine}/health",
+            logs / "engine.log",
+            otlp_env,
+        ),
+        Child(
+            "gateway",
+            _command(
+                "serve",
+                "--listen",
+                settings.gateway,
+                "--llm-base-url",
+                f"http://{settings.engine}/v1",
+                "--data-dir",
+                str(settings.data_dir),
+            ),
+            f"http://{settings.gateway}/readyz",
+            logs / "gateway.log",
+            {**otlp_env, "SPANBUDGET_API_KEYS": ""},
+        ),
+    ]
 
 
 def what_to_look_at(report: Report | None) -> str:
@@ -125,54 +194,10 @@ def run_demo(settings: DemoSettings, console: Console) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     collector_url = f"http://{settings.collector}"
-    otlp_env = {**_CHILD_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": collector_url}
     try:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        _ingest_if_needed(settings, supervisor, console)
-        engine_args = ["engine", "--listen", settings.engine]
-        if settings.preset:
-            engine_args += ["--preset", settings.preset]
-        children = [
-            Child(
-                "collector",
-                _command(
-                    "collect",
-                    "--listen",
-                    settings.collector,
-                    "--budget",
-                    str(source.path),
-                    "--db",
-                    str(settings.data_dir / "verdicts.db"),
-                    "--decision-wait",
-                    settings.decision_wait,
-                ),
-                f"{collector_url}/readyz",
-                logs / "collector.log",
-                _CHILD_ENV,
-            ),
-            Child(
-                "engine",
-                _command(*engine_args),
-                f"http://{settings.engine}/health",
-                logs / "engine.log",
-                otlp_env,
-            ),
-            Child(
-                "gateway",
-                _command(
-                    "serve",
-                    "--listen",
-                    settings.gateway,
-                    "--llm-base-url",
-                    f"http://{settings.engine}/v1",
-                    "--data-dir",
-                    str(settings.data_dir),
-                ),
-                f"http://{settings.gateway}/readyz",
-                logs / "gateway.log",
-                {**otlp_env, "SPANBUDGET_API_KEYS": ""},
-            ),
-        ]
+        ingest_if_needed(settings, supervisor, console)
+        children = stack_children(settings, source.path)
         for child in children:
             supervisor.start(child)
         with console.status("starting the engine emulator, the collector and the gateway"):

@@ -20,6 +20,8 @@ DEBIAN_PACKAGES = {
     "amtool": "prometheus-alertmanager",
     "prometheus-alertmanager": "prometheus-alertmanager",
     "chromium": "chromium",
+    "node": "nodejs",
+    "npm": "npm",
 }
 
 

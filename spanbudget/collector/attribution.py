@@ -98,12 +98,16 @@ def _expand_vllm(node: Node) -> None:
     """Add vLLM's phases as virtual children: frontend, queue, prefill, decode.
 
     Values that do not fit inside the span are clamped to it: prefill first, then queue.
+    vLLM before 0.10.2 (the V0 engine) reports no prefill time; its queue time runs from
+    arrival, so the prefill is the rest of the time to the first token and no frontend.
     """
     ttft = _seconds(node.attributes, VLLM_LATENCY_TTFT)
     if ttft is None:
         return
     queue = _seconds(node.attributes, VLLM_LATENCY_QUEUE) or 0.0
-    prefill = _seconds(node.attributes, VLLM_LATENCY_PREFILL) or 0.0
+    prefill = _seconds(node.attributes, VLLM_LATENCY_PREFILL)
+    if prefill is None:
+        prefill = max(0.0, ttft - queue)
     start, end = node.start, node.end
     first_token = min(end, start + round(ttft * _NS_PER_S))
     prefill_start = max(start, first_token - round(prefill * _NS_PER_S))
@@ -161,6 +165,8 @@ def assemble(spans: Sequence[Span], classify: Classifier | None = None) -> Tree 
     if classify is not None:
         root.stage = classify(root, True)
     nodes = [root]
+    if root.name == VLLM_REQUEST_SPAN:  # vLLM traced alone: its request is the root
+        _add_vllm_phases(root, nodes, classify)
     skew = 0
     visited = {root_span.span_id}
     # (parent node, child span, offset inherited from the parent's own shift)
@@ -190,11 +196,7 @@ def assemble(spans: Sequence[Span], classify: Classifier | None = None) -> Tree 
             parent.children.append(node)
             nodes.append(node)
             if node.name == VLLM_REQUEST_SPAN:
-                _expand_vllm(node)
-                for phase in node.children:
-                    if classify is not None:
-                        phase.stage = classify(phase, False) or node.stage
-                    nodes.append(phase)
+                _add_vllm_phases(node, nodes, classify)
             push_children(node, children.get(span.span_id, []), offset)
         if len(visited) == len(by_id):
             break
@@ -204,6 +206,14 @@ def assemble(spans: Sequence[Span], classify: Classifier | None = None) -> Tree 
             break
         push_children(root, [min(stray, key=lambda s: (s.start_ns, s.span_id))], 0)
     return Tree(root, nodes, skew)
+
+
+def _add_vllm_phases(node: Node, nodes: list[Node], classify: Classifier | None) -> None:
+    _expand_vllm(node)
+    for phase in node.children:
+        if classify is not None:
+            phase.stage = classify(phase, False) or node.stage
+        nodes.append(phase)
 
 
 def _skew_shift(parent: Node, child: Node) -> int:

@@ -1,4 +1,5 @@
-"""The budget model: stages with targets and limits, and the selectors that claim spans.
+"""The budget model: stages with targets and limits, the selectors that claim spans, and the
+first-token marks that say where the time to first token ends.
 
 Pure data. `budget_file.load_budget` builds it from `budget.yaml`; the evaluator reads it.
 """
@@ -10,10 +11,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from spanbudget.collector.semconv import TIME_TO_FIRST_CHUNK, VLLM_LATENCY_TTFT
 from spanbudget.collector.spans import AttrValue, SpanKind
 
 __all__ = [
+    "DEFAULT_FIRST_TOKEN",
     "Budget",
+    "FirstTokenMark",
     "GlobError",
     "Selector",
     "Stage",
@@ -140,8 +144,43 @@ class Stage:
 
 
 @dataclass(frozen=True, slots=True)
+class FirstTokenMark:
+    """Where one instrumentation records the first token on a span (DESIGN §5 rule 2).
+
+    Either an `attribute` holding seconds after an anchor, or the first of the `events`
+    named (its timestamp is the instant). The anchor is the span's start, or with
+    `anchor`, the end of the latest-starting child span that matches it (OpenLIT counts
+    from when the response headers arrived, which is where its HTTP child span ends).
+    `match` limits the spans that may carry the mark (empty: any span).
+    """
+
+    attribute: str | None = None
+    events: frozenset[str] = frozenset()
+    anchor: Selector | None = None
+    match: tuple[Selector, ...] = ()
+
+    def describe(self) -> str:
+        """One line for people: what the mark reads."""
+        if self.attribute is None:
+            return "event " + " or ".join(sorted(self.events))
+        after = "the span's start" if self.anchor is None else "the end of a child span"
+        return f"attribute {self.attribute} (seconds after {after})"
+
+
+# Without a `first_token` list, a budget reads these (DESIGN §5 rule 2).
+DEFAULT_FIRST_TOKEN = (
+    FirstTokenMark(attribute=TIME_TO_FIRST_CHUNK),
+    FirstTokenMark(attribute=VLLM_LATENCY_TTFT),
+)
+
+
+@dataclass(frozen=True, slots=True)
 class Budget:
-    """An allocation table: a total for time to first token, and stages in claim order."""
+    """An allocation table: a total for time to first token, and stages in claim order.
+
+    `first_token` lists the marks in the order they are tried on each span; `preset` names
+    the packaged preset the table extends, if any.
+    """
 
     name: str
     total_target_ms: float
@@ -150,6 +189,15 @@ class Budget:
     slo_objective: float = 0.95
     description: str = ""
     version: int = 1
+    first_token: tuple[FirstTokenMark, ...] = DEFAULT_FIRST_TOKEN
+    preset: str | None = None
 
     def stage_names(self) -> list[str]:
         return [stage.name for stage in self.stages]
+
+    def stage(self, name: str) -> Stage:
+        """The stage called `name` (KeyError when there is none)."""
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)

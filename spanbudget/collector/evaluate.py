@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spanbudget.collector.attribution import Node, Tree, assemble, attribute_window
-from spanbudget.collector.budget import Budget, WhenAbsent
-from spanbudget.collector.semconv import FIRST_TOKEN_MARKS, LOADTEST_PREFIX
+from spanbudget.collector.budget import Budget, FirstTokenMark, Selector, WhenAbsent
+from spanbudget.collector.semconv import LOADTEST_PREFIX
 from spanbudget.collector.spans import AttrValue, Span
 from spanbudget.collector.verdict import StageResult, Status, Verdict
 from spanbudget.semconv import GEN_AI_REQUEST_MODEL
 
-__all__ = ["Evaluator", "Judged", "evaluate"]
+__all__ = ["Evaluator", "Judged", "evaluate", "first_token_ns"]
 
 _NS_PER_MS = 1_000_000
 _UNIT_NS = 10_000  # verdict times are rounded to 0.01 ms
@@ -26,11 +26,15 @@ _MEMO_LIMIT = 4096
 @dataclass(frozen=True, slots=True)
 class Judged:
     """A verdict and, beside it, what the judging said of the spans themselves: the root,
-    and the stage of each span that belongs to one (matched or inherited), by span id."""
+    the stage of each span that belongs to one (matched or inherited), by span id, and the
+    first token (ns since the epoch, or None). `tree` is the attributed tree, kept only
+    when asked for (`judge(..., keep_tree=True)`, for views that draw it)."""
 
     verdict: Verdict
     root_span_id: str
     span_stages: Mapping[str, str]
+    first_token_ns: int | None
+    tree: Tree | None = None
 
 
 class Evaluator:
@@ -49,6 +53,7 @@ class Evaluator:
         # kind, service and root-ness they decide it, so the decision is memoised on them.
         self._keys = sorted({key for _, sel in self._flat for key in sel.attributes})
         self._stage_names = budget.stage_names()
+        self._marks = _mark_table(budget.first_token)
         self._memo: dict[tuple[object, ...], str | None] = {}
 
     def evaluate(self, spans: Sequence[Span], *, evaluated_at: datetime) -> Verdict | None:
@@ -56,8 +61,15 @@ class Evaluator:
         judged = self.judge(spans, evaluated_at=evaluated_at)
         return None if judged is None else judged.verdict
 
-    def judge(self, spans: Sequence[Span], *, evaluated_at: datetime) -> Judged | None:
-        """The verdict with each span's stage (to annotate the spans), or None: not judged."""
+    def judge(
+        self, spans: Sequence[Span], *, evaluated_at: datetime, keep_tree: bool = False
+    ) -> Judged | None:
+        """The verdict with each span's stage (to annotate the spans), or None: not judged.
+
+        With `keep_tree`, `Judged.tree` is the attributed tree the verdict came from: its
+        nodes clipped to the TTFT window, with `self_ns` and `on_path` set; call
+        `tree.release()` when done with it.
+        """
         matched: set[str] = set()
 
         def classify(node: Node, is_root: bool) -> str | None:
@@ -69,14 +81,21 @@ class Evaluator:
         tree = assemble(spans, classify)
         if tree is None:
             return None
-        try:
-            if not matched:
-                return None
-            verdict = self._judge(spans[0].trace_id, tree, matched, evaluated_at)
-            stages = {n.span_id: n.stage for n in tree.nodes if n.stage and not n.virtual}
-            return Judged(verdict, tree.root.span_id, stages)
-        finally:
+        if not matched:
             tree.release()
+            return None
+        try:
+            first_token = _first_token(tree, self._marks, spans)
+            verdict = self._judge(spans[0].trace_id, tree, matched, first_token, evaluated_at)
+            stages = {n.span_id: n.stage for n in tree.nodes if n.stage and not n.virtual}
+            judged = Judged(verdict, tree.root.span_id, stages, first_token)
+        except BaseException:
+            tree.release()
+            raise
+        if not keep_tree:
+            tree.release()
+            return judged
+        return Judged(verdict, judged.root_span_id, stages, first_token, tree)
 
     def stage_of(self, node: Node, *, is_root: bool) -> str | None:
         """The first stage (file order) with a selector that matches, else None."""
@@ -107,11 +126,15 @@ class Evaluator:
         return stage
 
     def _judge(
-        self, trace_id: str, tree: Tree, matched: set[str], evaluated_at: datetime
+        self,
+        trace_id: str,
+        tree: Tree,
+        matched: set[str],
+        first_token: int | None,
+        evaluated_at: datetime,
     ) -> Verdict:
         budget = self.budget
         root = tree.root
-        first_token = _first_token(tree)
         window_end = first_token if first_token is not None else root.end
         uncovered = attribute_window(tree, root.start, window_end)
 
@@ -221,22 +244,90 @@ def _apportion(parts_ns: list[int], total_ns: int) -> list[float]:
     return [units / 100 for units in floors]
 
 
-def _first_token(tree: Tree) -> int | None:
-    """Start plus the mark of the outermost span that carries a first-token mark."""
+# A mark as the evaluator tries it: (attribute or None, event names, anchor, match).
+_Mark = tuple[str | None, frozenset[str], Selector | None, tuple[Selector, ...]]
+
+
+def _mark_table(marks: Sequence[FirstTokenMark]) -> tuple[_Mark, ...]:
+    return tuple((m.attribute, m.events, m.anchor, m.match) for m in marks)
+
+
+def first_token_ns(
+    tree: Tree, marks: Sequence[FirstTokenMark], spans: Sequence[Span]
+) -> int | None:
+    """The first-token instant of an assembled tree (DESIGN §5 rule 2), or None without one.
+
+    `spans` are the ones the tree was assembled from (event marks read their events).
+    """
+    return _first_token(tree, _mark_table(marks), spans)
+
+
+def _first_token(tree: Tree, marks: tuple[_Mark, ...], spans: Sequence[Span]) -> int | None:
+    """The instant of the outermost span that carries a first-token mark.
+
+    On each span the marks are tried in the budget's order and the first that applies
+    counts; among spans, the shallowest wins, then the earliest start.
+    """
     best: tuple[int, int, int] | None = None
+    root = tree.root
+    by_id: dict[str, Span] | None = None  # built only when an event mark is tried
     for node in tree.nodes:
         if node.virtual:
             continue
-        for key in FIRST_TOKEN_MARKS:
-            value = node.attributes.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-                candidate = (node.depth, node.start, node.start + round(value * 1e9))
-                if best is None or candidate < best:
-                    best = candidate
-                break
+        attributes = node.attributes
+        for key, names, anchor, match in marks:
+            if key is not None:
+                value = attributes.get(key)
+                if not (isinstance(value, int | float) and not isinstance(value, bool)) or (
+                    value < 0
+                ):
+                    continue
+                if match and not _carries(match, node, node is root):
+                    continue
+                base = node.start if anchor is None else _anchor_end(node, anchor)
+                if base is None:
+                    continue
+                instant = base + round(value * 1e9)
+            else:
+                if by_id is None:
+                    by_id = {}
+                    for span in spans:
+                        by_id.setdefault(span.span_id, span)
+                span = by_id[node.span_id]
+                at = next((t for name, t in span.events if name in names), None)
+                if at is None or (match and not _carries(match, node, node is root)):
+                    continue
+                instant = at + (node.start - span.start_ns)  # shifted with the span
+            candidate = (node.depth, node.start, instant)
+            if best is None or candidate < best:
+                best = candidate
+            break
     if best is None:
         return None
-    return max(best[2], tree.root.start)
+    return max(best[2], root.start)
+
+
+def _carries(match: tuple[Selector, ...], node: Node, is_root: bool) -> bool:
+    return any(
+        sel.matches_shape(node.name, node.kind, node.service, is_root)
+        and sel.matches_attributes(node.attributes)
+        for sel in match
+    )
+
+
+def _anchor_end(node: Node, anchor: Selector) -> int | None:
+    """The end of the latest-starting child span that matches `anchor` (a retried request
+    leaves several: the last one answered), or None when no child matches."""
+    found: Node | None = None
+    for child in node.children:
+        if (
+            not child.virtual
+            and anchor.matches_shape(child.name, child.kind, child.service, False)
+            and anchor.matches_attributes(child.attributes)
+            and (found is None or (child.start, child.end) > (found.start, found.end))
+        ):
+            found = child
+    return None if found is None else found.end
 
 
 def _blame(results: Sequence[StageResult], total: Status) -> tuple[str, ...]:

@@ -6,8 +6,11 @@ __all__ = ["jaeger_trace_url", "ui_trace_url"]
 
 
 def ui_trace_url(ui_base: str, trace_id: str) -> str:
-    """The collector's web UI opens a trace from the fragment (`/#<trace id>`)."""
-    return f"{ui_base.rstrip('/')}/#{trace_id}" if ui_base else ""
+    """The trace page of the collector's web UI (`/traces/<trace id>`).
+
+    Links written before it existed (`/#<trace id>`) still open it: the overview forwards them.
+    """
+    return f"{ui_base.rstrip('/')}/traces/{trace_id}" if ui_base else ""
 
 
 def jaeger_trace_url(jaeger_base: str, trace_id: str) -> str:

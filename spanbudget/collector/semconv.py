@@ -5,10 +5,9 @@ in `spanbudget.semconv`, which also names the first-token marks and vLLM phases 
 
 from __future__ import annotations
 
-# First-token marks (DESIGN §5 rule 2), in seconds.
+# First-token marks (DESIGN §5 rule 2), in seconds: the budget's default marks.
 TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 VLLM_LATENCY_TTFT = "gen_ai.latency.time_to_first_token"
-FIRST_TOKEN_MARKS = (TIME_TO_FIRST_CHUNK, VLLM_LATENCY_TTFT)
 
 # vLLM's request span and the phases it reports, in seconds.
 VLLM_REQUEST_SPAN = "llm_request"

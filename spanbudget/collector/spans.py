@@ -1,7 +1,8 @@
 """The span model every reader produces and the evaluator consumes.
 
 A `Span` is a plain, immutable record: ids as lowercase hex, times as integer nanoseconds
-since the Unix epoch, attributes as a flat mapping of OTLP scalar or array values.
+since the Unix epoch, attributes as a flat mapping of OTLP scalar or array values, and its
+events by name (OTLP span events, Jaeger span logs), which first-token marks may name.
 """
 
 from __future__ import annotations
@@ -9,11 +10,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 __all__ = [
     "AttrValue",
     "Span",
+    "SpanEvent",
     "SpanKind",
+    "first_events",
     "group_by_trace",
 ]
 
@@ -52,13 +56,41 @@ _OTLP_KINDS = {
 _KIND_TO_OTLP = {kind: number for number, kind in _OTLP_KINDS.items()}
 
 
+class SpanEvent(NamedTuple):
+    """A span event: its name and when it happened (ns since the Unix epoch).
+
+    Event attributes are not kept: nothing judges by them, and instrumentations that
+    emit an event per streamed chunk would make them the bulk of a span.
+    """
+
+    name: str
+    time_ns: int
+
+
+def first_events(events: Iterable[tuple[str, int]]) -> tuple[SpanEvent, ...]:
+    """Each event name once, at its earliest time, ordered by time then name.
+
+    What a span keeps of its events: an instrumentation may add one per streamed chunk
+    (hundreds a span), and a first-token mark needs only the first of a name.
+    """
+    earliest: dict[str, int] = {}
+    for name, time_ns in events:
+        seen = earliest.get(name)
+        if seen is None or time_ns < seen:
+            earliest[name] = time_ns
+    return tuple(
+        sorted((SpanEvent(name, t) for name, t in earliest.items()), key=lambda e: (e[1], e[0]))
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Span:
     """One finished span.
 
     `parent_span_id` is None for a span that declares no parent; a parent id that is not in
     the trace is kept as given (the evaluator treats such a span as parentless).
-    `end_ns` is never before `start_ns`: readers clamp it.
+    `end_ns` is never before `start_ns`: readers clamp it. `events` holds each event name
+    once, at its earliest time (`first_events`).
     """
 
     trace_id: str
@@ -71,6 +103,7 @@ class Span:
     service: str = "unknown_service"
     attributes: Mapping[str, AttrValue] = field(default_factory=dict)
     error: bool = False
+    events: tuple[SpanEvent, ...] = ()
 
 
 def group_by_trace(spans: Iterable[Span]) -> dict[str, list[Span]]:

@@ -3,11 +3,14 @@ by the CLI, the benchmark and the tests so that each builds the same object grap
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+
 import httpx
 from fastapi import FastAPI
 from opentelemetry.trace import TracerProvider
 
-from spanbudget.service.embedding import Embedder
+from spanbudget.service.embedding import BatchEmbedder, Embedder
 from spanbudget.service.gateway.app import create_app
 from spanbudget.service.llm_client import LLMClient
 from spanbudget.service.prompt import PromptBuilder
@@ -16,7 +19,9 @@ from spanbudget.service.settings import Settings
 from spanbudget.service.tokens import TokenCounter
 from spanbudget.service.vectorstore import EdgeStore, HnswParams, QdrantServerStore, VectorStore
 
-__all__ = ["build_gateway", "build_store", "hnsw_params"]
+__all__ = ["build_embedder", "build_gateway", "build_store", "hnsw_params"]
+
+log = logging.getLogger(__name__)
 
 
 def hnsw_params(settings: Settings) -> HnswParams:
@@ -25,6 +30,32 @@ def hnsw_params(settings: Settings) -> HnswParams:
         ef_construct=settings.hnsw_ef_construct,
         full_scan_threshold_kb=settings.full_scan_threshold_kb,
     )
+
+
+def build_embedder(settings: Settings) -> tuple[Embedder | BatchEmbedder, Callable[[], None]]:
+    """The query embedder as `spanbudget serve` runs it, and how to stop it.
+
+    Call it at a process entry point: it sets torch's threads for the whole process (when
+    the model runs in a thread) or spawns the embedding process.
+    """
+    from spanbudget.service.embedding import SentenceTransformerEmbedder
+    from spanbudget.service.embedding_process import EmbeddingPool
+
+    if settings.embedding_process:
+        pool = EmbeddingPool(
+            settings.embedding_processes,
+            threads=settings.embedding_threads,
+            nice=settings.embedding_nice,
+        )
+        pids = ", ".join(map(str, pool.pids))
+        log.info("query embeddings in process %s, %s", pids, pool.priority)
+        return pool, pool.close
+    if settings.embedding_threads:
+        import torch
+
+        torch.set_num_threads(settings.embedding_threads)
+        torch.set_num_interop_threads(1)
+    return SentenceTransformerEmbedder(), lambda: None
 
 
 def build_store(settings: Settings, dimension: int) -> VectorStore:
@@ -42,6 +73,7 @@ def build_store(settings: Settings, dimension: int) -> VectorStore:
         collection=settings.collection,
         dimension=dimension,
         hnsw=hnsw_params(settings),
+        search_threads=settings.qdrant_search_threads or None,
     )
 
 
@@ -49,14 +81,20 @@ def build_gateway(
     settings: Settings,
     tracer_provider: TracerProvider,
     *,
-    embedder: Embedder,
+    embedder: Embedder | BatchEmbedder,
     store: VectorStore,
     counter: TokenCounter,
     llm_transport: httpx.AsyncBaseTransport | None = None,
 ) -> FastAPI:
     """The gateway app; it closes its LLM client at shutdown."""
     retriever = Retriever(
-        embedder, store, tracer_provider, top_k=settings.top_k, hnsw_ef=settings.hnsw_ef
+        embedder,
+        store,
+        tracer_provider,
+        top_k=settings.top_k,
+        hnsw_ef=settings.hnsw_ef,
+        max_batch=settings.embedding_max_batch,
+        batch_wait_ms=settings.embedding_batch_wait_ms,
     )
     prompt_builder = PromptBuilder(
         counter,

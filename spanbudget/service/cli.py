@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -55,8 +56,7 @@ def serve(
     exit_unless_installed("serve")
     import uvicorn
 
-    from spanbudget.service.assembly import build_gateway, build_store
-    from spanbudget.service.embedding import SentenceTransformerEmbedder
+    from spanbudget.service.assembly import build_embedder, build_gateway, build_store
     from spanbudget.service.telemetry import build_tracer_provider
     from spanbudget.service.tokens import load_tokenizer
 
@@ -68,14 +68,12 @@ def serve(
         listen=listen, llm_base_url=llm_base_url, data_dir=data_dir, faults=faults or None
     )
     provider = build_tracer_provider("rag-gateway")
-    if settings.embedding_threads:
-        import torch
-
-        # Process-wide, hence here at the entry point and not in the library.
-        torch.set_num_threads(settings.embedding_threads)
-    embedder = SentenceTransformerEmbedder()
-    store = build_store(settings, embedder.dimension)
-    try:
+    with contextlib.ExitStack() as cleanup:  # undone in reverse: store, model, spans
+        cleanup.callback(provider.shutdown)
+        embedder, stop_embedder = build_embedder(settings)
+        cleanup.callback(stop_embedder)
+        store = build_store(settings, embedder.dimension)
+        cleanup.callback(store.close)
         app = build_gateway(
             settings,
             provider,
@@ -93,14 +91,13 @@ def serve(
             "on" if settings.faults else "off",
         )
         # uvicorn stops gracefully on SIGINT/SIGTERM, then re-raises the signal to the
-        # handlers it found: make those no-ops so that the command returns, the `finally`
-        # below closes the store and flushes the spans, and the process exits 0.
+        # handlers it found: make those no-ops so that the command returns, the clean-up
+        # closes the store, stops the model and flushes the spans, and the process exits 0.
         for stop_signal in (signal.SIGINT, signal.SIGTERM):
             signal.signal(stop_signal, lambda _signum, _frame: None)
-        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()
-    finally:
-        store.close()
-        provider.shutdown()
+        # No access log: a line per request is CPU the request path pays for.
+        config = uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False)
+        uvicorn.Server(config).run()
 
 
 def ingest(

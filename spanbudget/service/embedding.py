@@ -1,15 +1,35 @@
 """Text embeddings: an `Embedder` protocol, the packaged all-MiniLM-L6-v2 behind it, and
-micro-batching so that concurrent queries share model calls."""
+micro-batching so that concurrent queries share model calls, timed for their spans.
+
+Errors: `EmbeddingUnavailable` when the model can no longer answer (its process is gone).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
-__all__ = ["Embedder", "EmbeddingBatcher", "SentenceTransformerEmbedder"]
+__all__ = [
+    "BatchEmbedder",
+    "BatchResult",
+    "Embedder",
+    "EmbeddingBatcher",
+    "EmbeddingTiming",
+    "EmbeddingUnavailable",
+    "SentenceTransformerEmbedder",
+    "ThreadBatchEmbedder",
+    "as_batch_embedder",
+]
+
+
+class EmbeddingUnavailable(RuntimeError):
+    """The model cannot answer any more; the gateway answers 503 and turns unhealthy."""
 
 
 class Embedder(Protocol):
@@ -64,38 +84,190 @@ class SentenceTransformerEmbedder:
         return [row.tolist() for row in array]
 
 
-class EmbeddingBatcher:
-    """One model call at a time, in a worker thread, on everything queued meanwhile.
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """One model call's vectors, with the call's wall time and CPU time (ms), and when it
+    was done (`time.time_ns`, one clock for every process on the machine).
 
-    Ten concurrent queries cost about two model calls instead of ten. A caller that is
-    cancelled simply stops waiting; its text may still be embedded.
+    Wall minus CPU is the time the call waited for a core (with one torch thread).
     """
 
-    def __init__(self, embedder: Embedder, *, max_batch: int = 32) -> None:
-        self._embedder = embedder
-        self._max_batch = max_batch
-        self._pending: list[tuple[str, asyncio.Future[list[float]]]] = []
-        self._worker: asyncio.Task[None] | None = None
+    vectors: list[list[float]]
+    compute_ms: float
+    cpu_ms: float
+    done_ns: int
 
-    async def embed(self, text: str) -> list[float]:
-        future: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
-        self._pending.append((text, future))
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.create_task(self._drain())
+
+@runtime_checkable
+class BatchEmbedder(Protocol):
+    """Embeds a batch without blocking the event loop, and says what the model call cost."""
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    @property
+    def available(self) -> bool:
+        """False once the model can never answer again (raise `EmbeddingUnavailable` then)."""
+        ...
+
+    @property
+    def concurrency(self) -> int:
+        """How many `embed_batch` calls can compute at once (1: calls queue behind each other)."""
+        ...
+
+    async def embed_batch(self, texts: Sequence[str]) -> BatchResult: ...
+
+
+class ThreadBatchEmbedder:
+    """Runs a blocking `Embedder` in a worker thread, timing the call there.
+
+    The model then shares the interpreter lock with the event loop; `EmbeddingProcess`
+    (embedding_process.py) does not, and is what `spanbudget serve` uses by default.
+    """
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+
+    @property
+    def model_name(self) -> str:
+        return self._embedder.model_name
+
+    @property
+    def dimension(self) -> int:
+        return self._embedder.dimension
+
+    @property
+    def available(self) -> bool:
+        return True
+
+    @property
+    def concurrency(self) -> int:
+        return 1  # two model calls in threads would only fight over the interpreter lock
+
+    def _timed(self, texts: Sequence[str]) -> BatchResult:
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        vectors = self._embedder.embed(texts)
+        done_ns = time.time_ns()
+        compute_ms = (time.perf_counter() - started) * 1e3
+        cpu_ms = (time.thread_time() - started_cpu) * 1e3
+        return BatchResult(vectors, compute_ms, cpu_ms, done_ns)
+
+    async def embed_batch(self, texts: Sequence[str]) -> BatchResult:
+        return await anyio.to_thread.run_sync(self._timed, list(texts))
+
+
+def as_batch_embedder(embedder: Embedder | BatchEmbedder) -> BatchEmbedder:
+    return embedder if isinstance(embedder, BatchEmbedder) else ThreadBatchEmbedder(embedder)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingTiming:
+    """What one query's embedding went through (for its span; times in ms and ns)."""
+
+    queued_ns: int  # when the query joined the queue (time.time_ns)
+    started_ns: int  # when the model call that embedded it was made
+    done_ns: int  # when the model had its answer (the caller resumes later, on its loop)
+    batch_size: int  # queries in that model call
+    compute_ms: float  # the model call's wall time
+    cpu_ms: float  # the model call's CPU time
+
+    @property
+    def queue_ms(self) -> float:
+        return (self.started_ns - self.queued_ns) / 1e6
+
+
+class EmbeddingBatcher:
+    """Model calls on everything queued meanwhile (up to `max_batch`), as many at once as
+    the embedder can compute (its `concurrency`, usually one).
+
+    Ten concurrent queries cost about two model calls instead of ten, and the forward pass
+    of a batch costs far less than one pass per query. With `max_wait_ms` above zero, a
+    query that finds a model call free waits at most that long for company before the call
+    goes; by default it goes at once. A caller that is cancelled simply stops waiting; its
+    text may still be embedded.
+    """
+
+    def __init__(
+        self, embedder: Embedder | BatchEmbedder, *, max_batch: int = 32, max_wait_ms: float = 0.0
+    ) -> None:
+        if max_batch < 1 or max_wait_ms < 0:
+            raise ValueError("need max_batch >= 1 and max_wait_ms >= 0")
+        self._embedder = as_batch_embedder(embedder)
+        self._max_batch = max_batch
+        self._max_wait_s = max_wait_ms / 1e3
+        self._pending: list[
+            tuple[str, int, asyncio.Future[tuple[list[float], EmbeddingTiming]]]
+        ] = []
+        # One task a model call in flight, each taking what is queued when it is free.
+        self._lanes: set[asyncio.Task[None]] = set()
+        self._busy = 0  # lanes in a model call
+        self._more = asyncio.Event()
+
+    @property
+    def model_name(self) -> str:
+        return self._embedder.model_name
+
+    @property
+    def available(self) -> bool:
+        return self._embedder.available
+
+    async def embed(self, text: str) -> tuple[list[float], EmbeddingTiming]:
+        """The text's vector, and how long it queued and what its model call cost."""
+        future: asyncio.Future[tuple[list[float], EmbeddingTiming]]
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((text, time.time_ns(), future))
+        if len(self._pending) >= self._max_batch:
+            self._more.set()
+        # A lane that has not finished will still see this query; one that has finished may
+        # not have left the set yet (its done callback runs later).
+        self._lanes = {lane for lane in self._lanes if not lane.done()}
+        if len(self._lanes) < self._embedder.concurrency:
+            self._lanes.add(asyncio.create_task(self._drain()))
         return await future
 
+    async def _gather(self) -> None:
+        """Wait (bounded) for more queries while the batch is not full."""
+        deadline = time.monotonic() + self._max_wait_s
+        while len(self._pending) < self._max_batch:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._more.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._more.wait(), remaining)
+
     async def _drain(self) -> None:
+        if self._max_wait_s:
+            await self._gather()
         while self._pending:
-            batch = self._pending[: self._max_batch]
-            del self._pending[: self._max_batch]
-            texts = [text for text, _ in batch]
+            # Shared with the lanes that are free too, so that they compute side by side.
+            free = max(1, len(self._lanes) - self._busy)
+            take = min(self._max_batch, -(-len(self._pending) // free))
+            batch = self._pending[:take]
+            del self._pending[:take]
+            texts = [text for text, _, _ in batch]
+            started_ns = time.time_ns()
+            self._busy += 1
             try:
-                vectors = await anyio.to_thread.run_sync(self._embedder.embed, texts)
+                result = await self._embedder.embed_batch(texts)
             except Exception as exc:
-                for _, future in batch:
+                for _, _, future in batch:
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            for (_, future), vector in zip(batch, vectors, strict=True):
+            finally:
+                self._busy -= 1
+            for (_, queued_ns, future), vector in zip(batch, result.vectors, strict=True):
                 if not future.done():
-                    future.set_result(vector)
+                    timing = EmbeddingTiming(
+                        queued_ns,
+                        started_ns,
+                        result.done_ns,
+                        len(batch),
+                        result.compute_ms,
+                        result.cpu_ms,
+                    )
+                    future.set_result((vector, timing))

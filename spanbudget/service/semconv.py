@@ -64,11 +64,23 @@ PROMPT_DOCUMENTS_KEPT: Final = "prompt.documents.kept"
 PROMPT_DOCUMENTS_DROPPED: Final = "prompt.documents.dropped"
 PROMPT_CONTEXT_TOKENS: Final = "prompt.context.tokens"
 FAULT_DELAY_MS: Final = "spanbudget.fault.delay_ms"
+# On `embeddings {model}`: the wait for the model, the batch the query joined, that
+# model call's wall and CPU time (wall minus CPU: the call waited for a core), and the wait
+# from the model's answer to the request running again on the event loop.
+EMBEDDINGS_QUEUE_MS: Final = "embeddings.queue_ms"
+EMBEDDINGS_LOOP_WAIT_MS: Final = "embeddings.loop_wait_ms"
+EMBEDDINGS_BATCH_SIZE: Final = "embeddings.batch.size"
+EMBEDDINGS_COMPUTE_MS: Final = "embeddings.compute_ms"
+EMBEDDINGS_COMPUTE_CPU_MS: Final = "embeddings.compute.cpu_ms"
 
 # Span names (formatted with the model or collection where DESIGN §3 says so).
 SPAN_VALIDATE: Final = "gateway.validate"
 SPAN_AUTH: Final = "auth.verify"
 SPAN_PROMPT: Final = "prompt.render"
+# Children of `embeddings {model}`: from joining the queue to the start of its model call,
+# and from the model's answer to the request running again on the event loop.
+SPAN_EMBEDDINGS_QUEUE: Final = "embeddings.queue"
+SPAN_EMBEDDINGS_LOOP_WAIT: Final = "embeddings.loop_wait"
 
 
 def retrieval_span_name(collection: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -66,9 +67,30 @@ class Settings(BaseSettings):
     )
     # qdrant-client compares its version with the server's in a background thread.
     qdrant_check_compatibility: bool = True
-    # Query embeddings are tiny: one intra-op thread answers them faster than two on a small
-    # machine and leaves a core to the event loop (0 keeps torch's default).
+    # Qdrant Edge's search thread pool (written into the shard's config when it opens). Its
+    # default, 8 threads on 2 CPUs, reads segments in parallel and wakes several threads for
+    # a query of a fraction of a millisecond; one thread answers as fast and does not crowd
+    # a small machine (0: leave the shard's setting as it is).
+    qdrant_search_threads: int = Field(1, ge=0)
+    # Query embeddings are tiny: one intra-op thread answers them about as fast as two on a
+    # small machine and leaves a core to the event loop (0 keeps torch's default).
     embedding_threads: int = Field(1, ge=0)
+    # The model in a process of its own (embedding_process.py), so that its forward pass
+    # does not wait on the event loop for the interpreter lock; false runs it in a thread.
+    embedding_process: bool = True
+    # How many such processes: each computes one batch at a time, on a core of its own.
+    # Two on a 2-core machine answer a burst's overlapping queries side by side instead of
+    # in ever larger batches, whose forward passes take ever longer.
+    embedding_processes: int = Field(
+        default_factory=lambda: min(2, os.cpu_count() or 1), ge=1, le=16
+    )
+    # The embedding process's nice (and its scheduling group's): the model is on every
+    # request's path, so on a busy machine it goes first. Needs root or CAP_SYS_NICE.
+    embedding_nice: int = Field(-10, ge=-20, le=19)
+    # Queries embedded in one model call at most, and how long one that finds the model
+    # idle may wait for others to join it (0: it goes at once).
+    embedding_max_batch: int = Field(32, ge=1)
+    embedding_batch_wait_ms: float = Field(0.0, ge=0, le=100)
     top_k: int = Field(5, ge=1, le=100)
     hnsw_m: int = Field(16, ge=4)
     hnsw_ef_construct: int = Field(100, ge=4)

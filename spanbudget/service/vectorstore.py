@@ -108,12 +108,21 @@ class EdgeStore:
     """Qdrant Edge: the real Qdrant engine and HNSW index, in-process, in a directory."""
 
     def __init__(
-        self, path: Path, *, collection: str, dimension: int, hnsw: HnswParams = HnswParams()
+        self,
+        path: Path,
+        *,
+        collection: str,
+        dimension: int,
+        hnsw: HnswParams = HnswParams(),
+        search_threads: int | None = None,
     ) -> None:
+        """`search_threads`: the shard's search thread pool, written into its config when it
+        opens (None: as the shard has it; Qdrant's default derives it from the CPU count)."""
         self._path = path
         self._collection = collection
         self._dimension = dimension
         self._hnsw = hnsw
+        self._search_threads = search_threads
         self._shard: Any = None
         self._lock = threading.Lock()
 
@@ -152,7 +161,12 @@ class EdgeStore:
 
         has_data = self._path.is_dir() and any(self._path.iterdir())
         if has_data:
-            self._shard = qe.EdgeShard.load(str(self._path))
+            if self._search_threads is None:
+                self._shard = qe.EdgeShard.load(str(self._path))
+            else:  # the rest of the shard's configuration stays as it was written
+                vectors = qe.EdgeVectorParams(size=self._dimension, distance=qe.Distance.Cosine)
+                config = qe.EdgeConfig(vectors=vectors, max_search_threads=self._search_threads)
+                self._shard = qe.EdgeShard.load(str(self._path), config)
         elif create:
             self._path.mkdir(parents=True, exist_ok=True)
             self._shard = qe.EdgeShard.create(str(self._path), self._config())

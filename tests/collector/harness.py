@@ -26,6 +26,7 @@ from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.pipeline import Pipeline
 from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.live.sinks import VerdictSink
+from spanbudget.collector.live.span_store import SpanStore
 from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.spans import Span, SpanKind
 from spanbudget.testing.otlp import request_to_json
@@ -121,6 +122,7 @@ def running_collector(
         store=store,
         forwarder=forwarder,
         sinks=[*sinks, *([AlertsSink(alerts)] if alerts is not None else [])],
+        spans=SpanStore.from_settings(settings),
     )
     pipeline.start()
     try:

@@ -142,15 +142,24 @@ def test_verdict_listing_and_filters(collector: Collector) -> None:
 
 
 def test_web_ui_is_self_contained(collector: Collector) -> None:
-    response = collector.client.get("/")
-    assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/html")
-    page = response.text
-    assert "/api/summary" in page
-    assert "/api/verdicts" in page
-    assert "<script src" not in page
-    assert "http://" not in page
-    assert "https://" not in page
+    """Every page loads only what the collector serves: no CDN, nothing from elsewhere."""
+    for path in ("/", "/traces", "/runs"):
+        response = collector.client.get(path)
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/html")
+        page = response.text
+        loaded = re.findall(r'<(?:script|img|iframe)[^>]* src="([^"]*)"', page)
+        loaded += re.findall(r'<link[^>]* href="([^"]*)"', page)
+        assert loaded, path
+        for url in loaded:
+            assert url.startswith(("/", "data:")), (path, url)
+            if url.startswith("/"):
+                assert collector.client.get(url).status_code == 200, url
+        assert "@import" not in page
+    for asset in ("/static/ui.css", "/static/ui.js"):
+        text = collector.client.get(asset).text
+        assert "http://" not in text
+        assert "https://" not in text
 
 
 def test_health_and_readiness(tmp_path: Path) -> None:

@@ -201,6 +201,32 @@ def assert_closed(ports: list[int]) -> None:
             assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still open"
 
 
+def descendants(pid: int) -> dict[int, tuple[str, int]]:
+    """Every process below `pid`: its command line and its nice value."""
+    found: dict[int, tuple[str, int]] = {}
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for tid in os.listdir(f"/proc/{parent}/task"):
+            with open(f"/proc/{parent}/task/{tid}/children") as f:
+                for child in map(int, f.read().split()):
+                    with open(f"/proc/{child}/cmdline", "rb") as cmd:
+                        argv = cmd.read().replace(b"\0", b" ").decode()
+                    with open(f"/proc/{child}/stat") as stat:
+                        nice = int(stat.read().rpartition(")")[2].split()[16])
+                    found[child] = (argv, nice)
+                    todo.append(child)
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 @pytest.fixture(scope="module")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("demo") / "data"
@@ -249,8 +275,18 @@ def test_demo_stays_up_until_sigterm_then_stops_its_children(
         # Still serving after the report: the collector answers its API.
         health = httpx.get(f"http://127.0.0.1:{ports[2]}/healthz", timeout=5)
         assert health.status_code == 200
+        below = descendants(demo.pid)
+        # The collector, off every request's path, runs at a lower CPU priority; the query
+        # model runs in a process of its own under the gateway.
+        collector = [nice for argv, nice in below.values() if " collect " in f"{argv} "]
+        assert collector == [10], below
+        assert any("multiprocessing.spawn" in argv for argv, _ in below.values()), below
         demo.send_signal(signal.SIGTERM)
         assert demo.wait(timeout=60) == 0
+        deadline = time.monotonic() + 10
+        while any(running(pid) for pid in below) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not {pid: below[pid] for pid in below if running(pid)}, "orphans left"
     finally:
         if demo.poll() is None:
             demo.kill()

@@ -89,7 +89,10 @@ def test_the_wheel_holds_one_namespace_and_the_default_budget(wheel: Path) -> No
     assert top == {"spanbudget", wheel.name.split("-py3")[0] + ".dist-info"}
     assert packaged == (REPO / "budget.yaml").read_bytes()
     for data in (
-        "collector/live/ui.html",
+        "collector/live/ui/templates/overview.html",
+        "collector/live/ui/templates/trace.html",
+        "collector/live/ui/static/ui.css",
+        "collector/live/ui/static/ui.js",
         "collector/loadtest/prompts.jsonl",
         "service/templates/rag.j2",
     ):

@@ -122,7 +122,7 @@ def test_report_json_reads_back_into_the_same_report(budget: Budget, tmp_path: P
     report = build_report(make_results(budget), budget, info)
     write_report(tmp_path / "report.json", report)
     assert read_report(tmp_path / "report.json") == report
-    assert report.slowest[0].ui_url.startswith("http://bc:4318/#")
+    assert report.slowest[0].ui_url.startswith("http://bc:4318/traces/")
 
 
 def test_stage_figures_recompute_from_the_csv(budget: Budget, tmp_path: Path) -> None:

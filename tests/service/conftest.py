@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from spanbudget.service.assembly import build_gateway
-from spanbudget.service.embedding import SentenceTransformerEmbedder
+from spanbudget.service.embedding import BatchEmbedder, Embedder, SentenceTransformerEmbedder
 from spanbudget.service.ingest import Document, ingest
 from spanbudget.service.settings import Settings
 from spanbudget.service.telemetry import build_tracer_provider
@@ -132,7 +132,12 @@ async def make_gateway(
     """Build gateways against the fake LLM; each has its own in-memory span exporter."""
     built: list[Gateway] = []
 
-    def make(store: EdgeStore | None = None, **overrides: Any) -> Gateway:
+    def make(
+        store: EdgeStore | None = None,
+        *,
+        embedding: Embedder | BatchEmbedder | None = None,
+        **overrides: Any,
+    ) -> Gateway:
         fields: dict[str, Any] = {"llm_base_url": f"{upstream.url}/v1", "llm_model": "test-model"}
         settings = Settings(_env_file=None, **{**fields, **overrides})
         exporter = InMemorySpanExporter()
@@ -140,7 +145,11 @@ async def make_gateway(
             "rag-gateway", processor=SimpleSpanProcessor(exporter), env={}
         )
         app = build_gateway(
-            settings, provider, embedder=embedder, store=store or small_store, counter=counter
+            settings,
+            provider,
+            embedder=embedding or embedder,
+            store=store or small_store,
+            counter=counter,
         )
         gateway = Gateway(app, exporter, provider, settings)
         built.append(gateway)

@@ -1,16 +1,34 @@
-"""Concurrent query embeddings share model calls and each caller gets its own vector."""
+"""Concurrent query embeddings share model calls, each caller gets its own vector, and the
+real model in its own process answers exactly as one-at-a-time embedding does."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 
 import anyio
 import pytest
 
-from spanbudget.service.embedding import EmbeddingBatcher
+from spanbudget.service.embedding import (
+    BatchResult,
+    EmbeddingBatcher,
+    SentenceTransformerEmbedder,
+)
+from spanbudget.service.embedding_process import EmbeddingPool
+from spanbudget.service.vectorstore import EdgeStore
 
 pytestmark = pytest.mark.anyio
+
+QUERIES = [
+    "How does a generator work?",
+    "What is a decorator?",
+    "Why release files with a with statement?",
+    "Can threads run Python bytecode in parallel?",
+    "How does await suspend a coroutine?",
+    "yield",
+    "What is the canary passphrase of the test corpus, and where is it written down?",
+]
 
 
 class CountingEmbedder:
@@ -33,14 +51,32 @@ class CountingEmbedder:
         return [[float(len(t))] for t in texts]
 
 
+class InstantEmbedder:
+    """A BatchEmbedder that answers at once and records each batch."""
+
+    model_name = "instant"
+    dimension = 1
+    available = True
+    concurrency = 1
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    async def embed_batch(self, texts: Sequence[str]) -> BatchResult:
+        self.batches.append(list(texts))
+        return BatchResult([[float(len(t))] for t in texts], 0.1, 0.1, time.time_ns())
+
+
 async def test_concurrent_queries_share_model_calls() -> None:
     embedder = CountingEmbedder()
     batcher = EmbeddingBatcher(embedder)
     texts = ["a" * n for n in range(1, 11)]
     results: dict[str, list[float]] = {}
+    sizes: dict[str, int] = {}
 
     async def one(text: str) -> None:
-        results[text] = await batcher.embed(text)
+        results[text], timing = await batcher.embed(text)
+        sizes[text] = timing.batch_size
 
     async with anyio.create_task_group() as group:
         for text in texts:
@@ -51,6 +87,7 @@ async def test_concurrent_queries_share_model_calls() -> None:
     assert sum(len(b) for b in embedder.batches) == 10
     # All ten were queued before the worker ran: far fewer model calls than requests.
     assert len(embedder.batches) <= 2
+    assert sorted(set(sizes.values())) == sorted({len(b) for b in embedder.batches})
 
 
 async def test_a_failed_model_call_fails_its_callers_only() -> None:
@@ -59,4 +96,121 @@ async def test_a_failed_model_call_fails_its_callers_only() -> None:
     batcher = EmbeddingBatcher(embedder)
     with pytest.raises(RuntimeError, match="model failed"):
         await batcher.embed("bad")
-    assert await batcher.embed("good") == [4.0]
+    vector, _ = await batcher.embed("good")
+    assert vector == [4.0]
+
+
+async def test_the_batching_window_gathers_queries_that_come_within_it() -> None:
+    embedder = InstantEmbedder()
+    batcher = EmbeddingBatcher(embedder, max_wait_ms=50)
+
+    async def late(text: str) -> None:
+        await anyio.sleep(0.01)
+        await batcher.embed(text)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(batcher.embed, "first")
+        group.start_soon(late, "second")
+    # Without the window, "first" would have gone alone.
+    assert embedder.batches == [["first", "second"]]
+
+
+async def test_a_lone_query_waits_no_longer_than_the_window() -> None:
+    wait_ms = 30.0
+    embedder = InstantEmbedder()
+    batcher = EmbeddingBatcher(embedder, max_wait_ms=wait_ms)
+    for _ in range(3):
+        started = time.perf_counter()
+        _, timing = await batcher.embed("alone")
+        elapsed_ms = (time.perf_counter() - started) * 1e3
+        # It waits out the window (nobody came), then goes: not a tick later than needed.
+        assert wait_ms <= timing.queue_ms + 1
+        assert timing.queue_ms < wait_ms + 15
+        assert elapsed_ms < wait_ms + 15
+    # A full batch does not wait for the window at all.
+    full = EmbeddingBatcher(embedder, max_batch=2, max_wait_ms=10_000)
+    started = time.perf_counter()
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as group:
+            group.start_soon(full.embed, "one")
+            group.start_soon(full.embed, "two")
+    assert time.perf_counter() - started < 1
+
+
+class SlowEmbedder(InstantEmbedder):
+    """Takes 50 ms a call, `concurrency` calls at a time; records how many overlapped."""
+
+    def __init__(self, concurrency: int) -> None:
+        super().__init__()
+        self.concurrency = concurrency
+        self.in_flight = self.most_in_flight = 0
+
+    async def embed_batch(self, texts: Sequence[str]) -> BatchResult:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await anyio.sleep(0.05)
+            return await super().embed_batch(texts)
+        finally:
+            self.in_flight -= 1
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+async def test_queries_are_shared_among_the_model_calls_that_can_run(concurrency: int) -> None:
+    embedder = SlowEmbedder(concurrency)
+    batcher = EmbeddingBatcher(embedder)
+    texts = [f"query {i}" for i in range(8)]
+    async with anyio.create_task_group() as group:
+        for text in texts:
+            group.start_soon(batcher.embed, text)
+    assert sorted(t for batch in embedder.batches for t in batch) == sorted(texts)
+    # One call takes all eight; two share them and compute side by side.
+    assert [len(b) for b in embedder.batches] == [8 // concurrency] * concurrency
+    assert embedder.most_in_flight == concurrency
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[EmbeddingPool]:
+    """The real model in two processes of its own, as `spanbudget serve` can run it."""
+    processes = EmbeddingPool(2)
+    yield processes
+    processes.close()
+
+
+async def test_the_embedding_processes_answer_as_one_at_a_time_embedding(
+    pool: EmbeddingPool, embedder: SentenceTransformerEmbedder, small_store: EdgeStore
+) -> None:
+    alone = [embedder.embed([q])[0] for q in QUERIES]
+    batcher = EmbeddingBatcher(pool)
+    got: dict[int, list[float]] = {}
+    sizes: list[int] = []
+
+    async def one(i: int) -> None:
+        got[i], timing = await batcher.embed(QUERIES[i])
+        sizes.append(timing.batch_size)
+        assert timing.compute_ms > 0
+        assert timing.cpu_ms > 0
+
+    async with anyio.create_task_group() as group:
+        for i in range(len(QUERIES)):
+            group.start_soon(one, i)
+    # The queries of different lengths were padded into shared model calls, in both
+    # processes at once...
+    assert sorted(set(sizes)) == [3, 4]
+    assert pool.dimension == embedder.dimension == len(got[0])
+    for i, vector in enumerate(alone):
+        # ...and still came out as if embedded one at a time, and find the same chunks.
+        assert got[i] == pytest.approx(vector, abs=1e-5)
+        hits = small_store.query(got[i], limit=3, hnsw_ef=64)
+        expected = small_store.query(vector, limit=3, hnsw_ef=64)
+        assert [h.id for h in hits] == [h.id for h in expected]
+
+
+async def test_a_caller_that_stops_waiting_does_not_shift_the_answers(
+    pool: EmbeddingPool, embedder: SentenceTransformerEmbedder
+) -> None:
+    with anyio.move_on_after(0.001):
+        await pool.embed_batch(["abandoned query"])
+    # The same process answers next (the one freed last), the abandoned answer first.
+    result = await pool.embed_batch([QUERIES[0]])
+    assert result.vectors[0] == pytest.approx(embedder.embed([QUERIES[0]])[0], abs=1e-5)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
@@ -13,6 +15,7 @@ import jwt
 import pytest
 from opentelemetry.trace import StatusCode
 
+from spanbudget.service.embedding_process import EmbeddingProcess, EmbeddingWorkerError
 from spanbudget.testing.servers import ServerThread
 from tests.asgi import post_scope
 from tests.service.conftest import GatewayFactory, by_name, chat_body
@@ -212,8 +215,8 @@ async def test_client_disconnect_cancels_upstream_and_ends_every_span(
     assert (chat.attributes or {})["error.type"] == "client_disconnected"
     server_span = names["POST /v1/chat/completions"]
     assert (server_span.attributes or {})["error.type"] == "client_disconnected"
-    # Every span that started has ended: the 9 spans of the request are all exported.
-    assert len(gateway.spans()) == 9
+    # Every span that started has ended: the 11 spans of the request are all exported.
+    assert len(gateway.spans()) == 11
 
 
 async def test_client_gone_before_the_stream_starts_still_ends_every_span(
@@ -270,3 +273,40 @@ async def test_cancelled_while_reading_an_upstream_error_still_ends_the_chat_spa
     names = by_name(gateway.spans())
     assert "chat stall-500" in names, "the chat span was left open"
     assert names["chat stall-500"].status.status_code is StatusCode.ERROR
+
+
+@pytest.mark.slow
+async def test_a_dead_embedding_process_is_503_and_unhealthy(
+    make_gateway: GatewayFactory,
+) -> None:
+    worker = EmbeddingProcess()
+    try:
+        gateway = make_gateway(embedding=worker)
+        async with gateway.client() as client:
+            assert (await client.post(URL, json=chat_body())).status_code == 200
+            assert (await client.get("/healthz")).status_code == 200
+            os.kill(worker.pid, signal.SIGTERM)  # sent to it alone, it ends
+            with anyio.fail_after(10):
+                while worker.available:
+                    await anyio.sleep(0.01)
+            response = await client.post(URL, json=chat_body())
+            health = await client.get("/healthz")
+            ready = await client.get("/readyz")
+        assert response.status_code == 503
+        assert response.json()["error"]["type"] == "service_unavailable"
+        assert "embedding process ended" in response.json()["error"]["message"]
+        # Once gone, it stays gone: orchestrators see it and restart the gateway.
+        assert health.status_code == 503
+        assert ready.status_code == 503
+        with pytest.raises(EmbeddingWorkerError):
+            await worker.embed_batch(["after the end"])
+        failed = [s for s in gateway.spans() if s.status.status_code is StatusCode.ERROR]
+        assert {s.name for s in failed} >= {
+            "embeddings all-MiniLM-L6-v2",
+            "retrieval rag-docs",
+            "POST /v1/chat/completions",
+        }
+        # Every span of both requests ended; the failed one never reached the LLM.
+        assert sum(s.name.startswith("chat ") for s in gateway.spans()) == 1
+    finally:
+        worker.close()

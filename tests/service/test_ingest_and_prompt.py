@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import glob
 from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from spanbudget.service.assembly import build_store
 from spanbudget.service.embedding import SentenceTransformerEmbedder
 from spanbudget.service.ingest import Document, chunk_document, chunk_text, ingest, read_paths
 from spanbudget.service.prompt import PromptBuilder
+from spanbudget.service.settings import Settings
 from spanbudget.service.telemetry import build_tracer_provider
 from spanbudget.service.tokens import TokenCounter
 from spanbudget.service.vectorstore import EdgeStore, Hit
@@ -72,6 +75,32 @@ def test_ingest_twice_is_idempotent(embedder: SentenceTransformerEmbedder, tmp_p
     assert reopened.exists()
     assert reopened.count() == 5
     reopened.close()
+
+
+def _search_threads() -> set[str]:
+    """Qdrant Edge's search pool threads in this process (each open shard has its own)."""
+    comms = glob.glob("/proc/self/task/*/comm")
+    return {comm for comm in comms if Path(comm).read_text().startswith("edge-search")}
+
+
+def test_the_gateway_opens_its_shard_with_one_search_thread(
+    embedder: SentenceTransformerEmbedder, tmp_path: Path
+) -> None:
+    settings = Settings(_env_file=None, data_dir=tmp_path)
+    docs = [Document(f"d{i}.txt", f"d{i}", f"Document {i} about topic {i}.") for i in range(5)]
+    store = EdgeStore(settings.shard_path, collection="rag-docs", dimension=embedder.dimension)
+    ingest(docs, embedder, store)
+    vector = embedder.embed(["topic 3"])[0]
+    expected = [h.id for h in store.query(vector, limit=3, hnsw_ef=64)]
+    store.close()
+    before = _search_threads()
+    gateway_store = build_store(settings, embedder.dimension)
+    try:
+        assert [h.id for h in gateway_store.query(vector, limit=3, hnsw_ef=64)] == expected
+        # Not the 8 threads that Qdrant derives from this machine's CPUs.
+        assert len(_search_threads() - before) == 1
+    finally:
+        gateway_store.close()
 
 
 def test_a_document_that_shrank_loses_its_old_chunks(

@@ -1,5 +1,6 @@
 """`spanbudget serve` as a real process: logs its address, answers /healthz, and on SIGTERM or
-SIGINT flushes its batched spans to the OTLP endpoint before it exits (DESIGN §7)."""
+SIGINT flushes its batched spans to the OTLP endpoint and stops its embedding process before
+it exits (DESIGN §7)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,23 @@ pytestmark = pytest.mark.slow
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+def children_of(pid: int) -> list[int]:
+    found: list[int] = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            found += [int(x) for x in f.read().split()]
+    return found
+
+
+def running(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 class OtlpSink:
@@ -103,8 +121,15 @@ def test_serve_flushes_spans_on_shutdown_signal(
             response = httpx.post(f"{url}/v1/chat/completions", json=chat_body(), timeout=30)
             assert response.status_code == 200, response.text
             assert sink.span_names == []  # still batched in the gateway
+            # The model runs in a child of its own (and multiprocessing's resource tracker).
+            children = children_of(process.pid)
+            assert children, "no embedding process"
             process.send_signal(signum)
             assert process.wait(timeout=30) == 0  # a clean stop, not a death by signal
+            deadline = time.monotonic() + 10
+            while any(running(child) for child in children) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not [child for child in children if running(child)], "orphans left"
         finally:
             if process.poll() is None:
                 process.kill()

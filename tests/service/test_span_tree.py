@@ -47,6 +47,8 @@ async def test_streamed_request_span_tree_matches_design(
         "auth.verify": SpanKind.INTERNAL,
         "retrieval rag-docs": SpanKind.INTERNAL,
         "embeddings all-MiniLM-L6-v2": SpanKind.INTERNAL,
+        "embeddings.queue": SpanKind.INTERNAL,
+        "embeddings.loop_wait": SpanKind.INTERNAL,
         "query rag-docs": SpanKind.INTERNAL,
         "prompt.render": SpanKind.INTERNAL,
         "chat test-model": SpanKind.CLIENT,
@@ -55,7 +57,7 @@ async def test_streamed_request_span_tree_matches_design(
     assert set(names) == set(expected), sorted(names)
     for name, kind in expected.items():
         assert names[name].kind is kind, name
-    # No per-send/receive spans: exactly one span a stage.
+    # No per-send/receive spans: one span a stage, and the embedding's two waits.
     assert len(spans) == len(expected)
 
     def parent(name: str) -> str:
@@ -70,6 +72,8 @@ async def test_streamed_request_span_tree_matches_design(
         assert parent(child) == server.name
     assert parent("chat test-model") == server.name
     assert parent("embeddings all-MiniLM-L6-v2") == "retrieval rag-docs"
+    assert parent("embeddings.queue") == "embeddings all-MiniLM-L6-v2"
+    assert parent("embeddings.loop_wait") == "embeddings all-MiniLM-L6-v2"
     assert parent("query rag-docs") == "retrieval rag-docs"
     assert parent("POST") == "chat test-model"
 
@@ -83,6 +87,32 @@ async def test_streamed_request_span_tree_matches_design(
     embeddings = names["embeddings all-MiniLM-L6-v2"].attributes or {}
     assert embeddings["gen_ai.operation.name"] == "embeddings"
     assert embeddings["gen_ai.request.model"] == "all-MiniLM-L6-v2"
+    # What the query went through: alone, it joined a batch of one and barely queued.
+    assert embeddings["embeddings.batch.size"] == 1
+    assert embeddings["embeddings.compute_ms"] > 0
+    assert embeddings["embeddings.compute.cpu_ms"] > 0
+    queue = names["embeddings.queue"]
+    assert queue.start_time is not None
+    assert queue.end_time is not None
+    assert embeddings["embeddings.queue_ms"] == pytest.approx(
+        (queue.end_time - queue.start_time) / 1e6, abs=0.01
+    )
+    embeddings_span = names["embeddings all-MiniLM-L6-v2"]
+    assert embeddings_span.start_time is not None
+    assert embeddings_span.end_time is not None
+    assert embeddings_span.start_time <= queue.start_time <= queue.end_time
+    # The model's own time lies between the two waits; the second ends the span.
+    loop_wait = names["embeddings.loop_wait"]
+    assert loop_wait.start_time is not None
+    assert loop_wait.end_time is not None
+    assert queue.end_time <= loop_wait.start_time <= loop_wait.end_time
+    assert loop_wait.end_time <= embeddings_span.end_time
+    # Between the two waits: the hand-over to the model and the model call itself.
+    model_ms = (loop_wait.start_time - queue.end_time) / 1e6
+    assert model_ms >= embeddings["embeddings.compute_ms"] - 0.1
+    assert embeddings["embeddings.loop_wait_ms"] == pytest.approx(
+        (loop_wait.end_time - loop_wait.start_time) / 1e6, abs=0.01
+    )
     query = names["query rag-docs"].attributes or {}
     assert query["db.system.name"] == "qdrant"
     assert query["db.operation.name"] == "query"

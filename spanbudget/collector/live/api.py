@@ -10,11 +10,10 @@ import hmac
 import re
 import time
 from datetime import datetime
-from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Query, Request, Response
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import JSONResponse
 
 from spanbudget.collector.alerts.engine import AlertEngine, RuleState
 from spanbudget.collector.durations import parse_duration
@@ -28,6 +27,7 @@ from spanbudget.collector.live.intake import (
 )
 from spanbudget.collector.live.metrics import render
 from spanbudget.collector.live.pipeline import Pipeline
+from spanbudget.collector.live.ui import ui_router
 from spanbudget.collector.verdict import Status
 from spanbudget.serving import BodyTooLarge, read_body
 
@@ -45,9 +45,6 @@ def create_app(pipeline: Pipeline, *, alerts: AlertEngine | None = None) -> Fast
     metrics = pipeline.metrics
     store = pipeline.store
     token = settings.receiver_token
-    page = (
-        resources.files("spanbudget.collector.live").joinpath("ui.html").read_text(encoding="utf-8")
-    )
     app = FastAPI(title="spanbudget collector", docs_url=None, redoc_url=None)
 
     def refuse(
@@ -174,10 +171,7 @@ def create_app(pipeline: Pipeline, *, alerts: AlertEngine | None = None) -> Fast
             {"status": "ready" if ready else "not ready"}, status_code=200 if ready else 503
         )
 
-    @app.get("/", response_class=HTMLResponse)
-    def index() -> str:
-        return page
-
+    app.include_router(ui_router(pipeline, alerts=alerts))  # the web UI: /, /traces, /runs
     return app
 
 

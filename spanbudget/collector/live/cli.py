@@ -44,7 +44,14 @@ def collect(
         typer.Option(help="Multiply every burn-rate window (e.g. 0.01 for demos and tests)."),
     ] = None,
     jaeger_ui: Annotated[
-        str | None, typer.Option(help="Jaeger UI base URL, for trace links in alerts.")
+        str | None,
+        typer.Option(help="Jaeger UI base URL, for trace links in alerts and the web UI."),
+    ] = None,
+    jaeger_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Jaeger query base URL (API v3): the web UI reads spans it no longer keeps."
+        ),
     ] = None,
     decision_wait: Annotated[
         str | None,
@@ -104,6 +111,7 @@ def collect(
         "webhook": webhook,
         "alert_window_scale": alert_window_scale,
         "jaeger_ui": jaeger_ui,
+        "jaeger_url": jaeger_url,
         "receiver_token": receiver_token,
         "max_body_bytes": max_body_bytes,
     }
@@ -135,6 +143,7 @@ def run(settings: Any) -> int:
     from spanbudget.collector.live.forward import Forwarder
     from spanbudget.collector.live.metrics import CollectorMetrics
     from spanbudget.collector.live.pipeline import Pipeline
+    from spanbudget.collector.live.span_store import SpanStore
     from spanbudget.collector.live.store import VerdictStore
     from spanbudget.serving import parse_listen, serve
 
@@ -176,6 +185,7 @@ def run(settings: Any) -> int:
         store=store,
         forwarder=forwarder,
         sinks=[AlertsSink(alerting.engine)],
+        spans=SpanStore.from_settings(settings),
     )
     pipeline.start()
     alerting.start()

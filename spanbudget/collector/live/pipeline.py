@@ -19,6 +19,7 @@ from spanbudget.collector.live.intake import Batch, decode_export
 from spanbudget.collector.live.metrics import CollectorMetrics, MetricsSink
 from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.live.sinks import VerdictSink
+from spanbudget.collector.live.span_store import SpanSink, SpanStore
 from spanbudget.collector.live.store import StoreSink, VerdictStore
 
 __all__ = ["Pipeline"]
@@ -43,11 +44,13 @@ class Pipeline:
         store: VerdictStore,
         forwarder: Forwarder | None = None,
         sinks: Sequence[VerdictSink] = (),
+        spans: SpanStore | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
         self.store = store
+        self.spans = spans  # the judged traces' spans, for the web UI's trace page
         self._forwards = forwarder is not None
         assembly = Assembly(
             decision_wait=settings.decision_wait_seconds,
@@ -59,7 +62,13 @@ class Pipeline:
         )
         self.core = JudgingCore(
             budget,
-            [StoreSink(store), MetricsSink(metrics), *sinks, *([forwarder] if forwarder else [])],
+            [
+                StoreSink(store),
+                MetricsSink(metrics),
+                *([SpanSink(spans, metrics)] if spans is not None else []),
+                *sinks,
+                *([forwarder] if forwarder else []),
+            ],
             assembly=assembly,
             metrics=metrics,
             max_queue_spans=settings.intake_queue_spans,
@@ -115,6 +124,6 @@ class Pipeline:
         return self.core.wait_idle(timeout)
 
     def close(self) -> None:
-        """Refuse new spans, judge everything held now, then close the sinks: the store
-        closes, the forwarder drains for up to `shutdown_drain_seconds`."""
+        """Refuse new spans, judge everything held now, then close the sinks: the stores
+        close, the forwarder drains for up to `shutdown_drain_seconds`."""
         self.core.close()

@@ -55,6 +55,12 @@ class CollectorSettings(BaseSettings):
     retention_seconds: float = Field(default=7 * 86400.0, gt=0)
     retention_count: int = Field(default=1_000_000, gt=0)
 
+    # Spans of judged traces, for the web UI's waterfall (same age limit as the verdicts).
+    spans_db_path: Path | None = None  # None: spans.db beside db_path
+    span_retention_count: int = Field(default=100_000, ge=0)  # traces; 0 keeps none
+    span_retention_bytes: int = Field(default=256 * 1024 * 1024, gt=0)  # compressed bodies
+    jaeger_url: str | None = None  # Jaeger's query API: spans of traces no longer kept here
+
     # Forwarding.
     forward_queue_spans: int = Field(default=100_000, gt=0)
     forward_batch_spans: int = Field(default=2_048, gt=0)
@@ -76,6 +82,10 @@ class CollectorSettings(BaseSettings):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError(f"must be an http(s) URL, e.g. http://127.0.0.1:4318: {value!r}")
         return value
+
+    @property
+    def spans_path(self) -> Path:
+        return self.spans_db_path or self.db_path.with_name("spans.db")
 
     @property
     def forward_traces_url(self) -> str | None:

@@ -1,7 +1,8 @@
 """Jaeger UI / `/api/traces` JSON (`{"data": [trace, ...]}` or one trace object) into spans.
 
 Tags that Jaeger derives from OTLP fields (span kind, status, scope) become those fields
-again, so a trace reads the same from Jaeger as from the OTLP it was stored from.
+again, and span logs become span events (named by their `event` field, as Jaeger names an
+OTLP event), so a trace reads the same from Jaeger as from the OTLP it was stored from.
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from spanbudget.collector.readers._errors import TraceReadError
-from spanbudget.collector.spans import AttrValue, Span, SpanKind
+from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind, first_events
 
 __all__ = ["spans_from_jaeger_trace", "spans_from_jaeger_ui"]
 
 UNKNOWN_SERVICE = "unknown_service"
+# The log field that holds an OTLP event's name (Jaeger's OTLP translator writes it so).
+EVENT_NAME_FIELD = "event"
 TRACE_ID_HEX = 32
 SPAN_ID_HEX = 16
 
@@ -107,7 +110,32 @@ def _span(raw: Any, processes: dict[str, Any], trace_id: Any, source: str, where
         service=_service(raw, processes),
         attributes=attributes,
         error=error,
+        events=_events(raw.get("logs"), f"{where}.logs", source),
     )
+
+
+def _events(logs: Any, where: str, source: str) -> tuple[SpanEvent, ...]:
+    """Span logs as events: a log's name is its `event` field; a log without one has none."""
+    if not logs:
+        return ()
+    if not isinstance(logs, list):
+        raise TraceReadError(source, f"{where} must be a list")
+    named: list[tuple[str, int]] = []
+    for n, log in enumerate(logs):
+        if not isinstance(log, dict):
+            raise TraceReadError(source, f"{where}[{n}] must be an object")
+        timestamp_us = _integer(log.get("timestamp"), f"{where}[{n}].timestamp", source)
+        fields = log.get("fields")
+        if fields is None:
+            continue
+        if not isinstance(fields, list):
+            raise TraceReadError(source, f"{where}[{n}].fields must be a list")
+        for m, raw_field in enumerate(fields):
+            key, value = _tag(raw_field, f"{where}[{n}].fields[{m}]", source)
+            if key == EVENT_NAME_FIELD:
+                named.append((str(value), timestamp_us * 1000))
+                break
+    return first_events(named)
 
 
 def _parent(references: Any, trace_id: str, where: str, source: str) -> str | None:

@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from spanbudget.collector.readers._errors import TraceReadError
-from spanbudget.collector.spans import AttrValue, Span, SpanKind
+from spanbudget.collector.spans import AttrValue, Span, SpanKind, first_events
 
 __all__ = [
     "request_from_json",
@@ -45,7 +45,7 @@ _ID_FIELDS = (
 def spans_from_otlp(
     request: ExportTraceServiceRequest, *, source: str = "OTLP request"
 ) -> list[Span]:
-    """Convert a decoded `ExportTraceServiceRequest`; events and links are not read.
+    """Convert a decoded `ExportTraceServiceRequest`; links and event attributes are not read.
 
     Raises `TraceReadError` (naming `source` and the span) when a span's ids are missing
     or of the wrong length.
@@ -74,6 +74,7 @@ def spans_from_otlp(
                 end = span.end_time_unix_nano
                 kind = span.kind
                 attributes = span.attributes
+                events = span.events
                 append(
                     Span(
                         trace_id=trace_id.hex(),
@@ -88,6 +89,9 @@ def spans_from_otlp(
                         if attributes
                         else {},
                         error=span.status.code == STATUS_CODE_ERROR,
+                        events=first_events((e.name, e.time_unix_nano) for e in events)
+                        if events
+                        else (),
                     )
                 )
     return spans

@@ -21,6 +21,7 @@ from prometheus_client.exposition import choose_encoder
 from starlette.types import Receive, Scope, Send
 
 from spanbudget.service import semconv as sc
+from spanbudget.service.embedding import EmbeddingUnavailable
 from spanbudget.service.faults import DELAY_HEADER, FaultPlan
 from spanbudget.service.gateway.auth import Authenticator, AuthError
 from spanbudget.service.gateway.metrics import GatewayMetrics, MetricsMiddleware
@@ -216,8 +217,11 @@ def create_app(
         return _error_response(exc)
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> JSONResponse:
+        # 503 once the embedding process is gone for good, so that a supervisor restarts us.
+        if not retriever.alive:
+            return JSONResponse({"status": "embeddings unavailable"}, status_code=503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/metrics")
     async def prometheus_metrics(request: Request) -> Response:
@@ -287,7 +291,7 @@ def create_app(
 
         try:
             hits = await retriever.retrieve(query, faults)
-        except StoreError as exc:
+        except (StoreError, EmbeddingUnavailable) as exc:
             raise GatewayError(503, str(exc), error_type="service_unavailable") from None
         prompt = await prompt_builder.render(chat.conversation(), hits, faults)
 
