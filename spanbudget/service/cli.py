@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -54,11 +53,10 @@ def serve(
         spanbudget serve --listen 127.0.0.1:8080 --llm-base-url http://127.0.0.1:8000/v1
     """
     exit_unless_installed("serve")
-    import uvicorn
-
     from spanbudget.service.assembly import build_embedder, build_gateway, build_store
     from spanbudget.service.telemetry import build_tracer_provider
     from spanbudget.service.tokens import load_tokenizer
+    from spanbudget.serving import serve as serve_app
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -81,23 +79,17 @@ def serve(
             store=store,
             counter=load_tokenizer(settings.tokenizer),
         )
-        host, port = settings.host_port
         logging.getLogger("service.cli").info(
-            "gateway on http://%s:%d (LLM %s, collection %s, faults %s)",
-            host,
-            port,
+            "gateway on http://%s (LLM %s, collection %s, faults %s)",
+            settings.listen,
             settings.llm_base_url,
             settings.collection,
             "on" if settings.faults else "off",
         )
-        # uvicorn stops gracefully on SIGINT/SIGTERM, then re-raises the signal to the
-        # handlers it found: make those no-ops so that the command returns, the clean-up
-        # closes the store, stops the model and flushes the spans, and the process exits 0.
-        for stop_signal in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(stop_signal, lambda _signum, _frame: None)
         # No access log: a line per request is CPU the request path pays for.
-        config = uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False)
-        uvicorn.Server(config).run()
+        started = serve_app(app, settings.listen, log_level="info")
+    if not started:  # uvicorn said why (the port taken, say)
+        raise typer.Exit(1)
 
 
 def ingest(

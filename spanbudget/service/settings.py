@@ -10,22 +10,9 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from spanbudget.service.tokens import DEFAULT_TOKENIZER
+from spanbudget.serving import parse_listen
 
-__all__ = ["Settings", "parse_listen"]
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """`HOST:PORT` (IPv6 as `[::1]:8080`) to a host and a port; raises ValueError.
-
-    The collector has its own copy: `service` and `collector` never import each other.
-    """
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ValueError(f"expected HOST:PORT, e.g. 127.0.0.1:8080, got {text!r}")
-    number = int(port)
-    if not 0 <= number <= 65535:
-        raise ValueError(f"port out of range in {text!r}")
-    return host.strip("[]"), number
+__all__ = ["Settings"]
 
 
 def _valid_listen(value: str) -> str:

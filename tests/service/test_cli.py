@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spanbudget.cli import app
-from spanbudget.service.settings import parse_listen
+from spanbudget.serving import parse_listen
 
 
 @pytest.mark.parametrize("command", ["serve", "ingest"])

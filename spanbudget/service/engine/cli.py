@@ -6,7 +6,6 @@ A thin layer: flags become `EngineSettings`, which build the runtime, served by 
 from __future__ import annotations
 
 import os
-import signal
 from typing import Annotated, Any
 
 import typer
@@ -128,10 +127,10 @@ def engine(
             return
         resolved = settings.resolved_preset()
         settings.stall_schedule()
-        host, port = settings.host_port()
+        settings.host_port()  # a bad --listen is a usage error before anything loads
     except (PresetError, FaultError, ValueError) as exc:  # pydantic's errors are ValueErrors
         raise typer.BadParameter(str(exc)) from None
-    _serve(settings, resolved, host, port)
+    _serve(settings, resolved)
 
 
 def _print_presets() -> None:
@@ -158,12 +157,11 @@ def _print_presets() -> None:
     print_wide(make_console(), table)
 
 
-def _serve(settings: Any, preset: Any, host: str, port: int) -> None:
+def _serve(settings: Any, preset: Any) -> None:
     import gc
     import logging
     import sys
 
-    import uvicorn
     from prometheus_client import CollectorRegistry
 
     from spanbudget.service.engine.api import create_app, quiet_deliberate_cuts
@@ -173,6 +171,7 @@ def _serve(settings: Any, preset: Any, host: str, port: int) -> None:
     from spanbudget.service.engine.tracing import RequestTracer
     from spanbudget.service.telemetry import build_tracer_provider
     from spanbudget.service.tokens import load_tokenizer
+    from spanbudget.serving import serve
 
     log = logging.getLogger("spanbudget.engine")
     # vLLM's own resource attributes, so the emulator's spans look like vLLM's.
@@ -216,24 +215,13 @@ def _serve(settings: Any, preset: Any, host: str, port: int) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     quiet_deliberate_cuts()
     log.info(
-        "engine emulator serving %s (preset %s: %s) on http://%s:%d/v1, faults %s",
+        "engine emulator serving %s (preset %s: %s) on http://%s/v1, faults %s",
         runtime.model_name,
         preset.name,
         preset.description,
-        host,
-        port,
+        settings.listen,
         "on" if settings.faults else "off",
     )
-    # uvicorn stops gracefully on SIGINT/SIGTERM, then re-raises the signal to the handlers
-    # it found: make those no-ops so that the command returns and exits 0.
-    for stop_signal in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop_signal, lambda _signum, _frame: None)
     # Streams still open at SIGTERM get a few seconds to finish, then the server stops anyway.
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
+    if not serve(app, settings.listen, timeout_graceful_shutdown=5):
+        raise typer.Exit(1)  # uvicorn said why (the port taken, say)

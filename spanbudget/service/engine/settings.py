@@ -9,8 +9,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from spanbudget.service.engine.faults import StallSchedule, parse_stall
 from spanbudget.service.engine.presets import DEFAULT_PRESET, Preset, get_preset
-from spanbudget.service.settings import parse_listen
 from spanbudget.service.tokens import DEFAULT_TOKENIZER
+from spanbudget.serving import parse_listen
 
 __all__ = ["EngineSettings"]
 

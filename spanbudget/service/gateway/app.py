@@ -37,6 +37,7 @@ from spanbudget.service.prompt import PromptBuilder
 from spanbudget.service.retrieval import Retriever
 from spanbudget.service.settings import Settings
 from spanbudget.service.vectorstore import StoreError
+from spanbudget.serving import BodyTooLarge, read_body
 
 __all__ = ["create_app"]
 
@@ -85,16 +86,12 @@ def _error_response(exc: GatewayError) -> JSONResponse:
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    too_large = GatewayError(413, f"request body exceeds {limit} bytes", code="request_too_large")
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large
-    body = bytearray()
-    async for part in request.stream():
-        body += part
-        if len(body) > limit:
-            raise too_large
-    return bytes(body)
+    """The raw body, refused with the gateway's 413 as soon as it passes `limit` bytes."""
+    try:
+        return await read_body(request, limit)
+    except BodyTooLarge:
+        message = f"request body exceeds {limit} bytes"
+        raise GatewayError(413, message, code="request_too_large") from None
 
 
 def _set_server_ttfc(server_span: Span) -> None:
