@@ -11,8 +11,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from spanbudget.collector.semconv import TIME_TO_FIRST_CHUNK, VLLM_LATENCY_TTFT
 from spanbudget.collector.spans import AttrValue, SpanKind
+from spanbudget.semconv import (
+    GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
+    GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
+)
 
 __all__ = [
     "DEFAULT_FIRST_TOKEN",
@@ -169,8 +172,8 @@ class FirstTokenMark:
 
 # Without a `first_token` list, a budget reads these (DESIGN §5 rule 2).
 DEFAULT_FIRST_TOKEN = (
-    FirstTokenMark(attribute=TIME_TO_FIRST_CHUNK),
-    FirstTokenMark(attribute=VLLM_LATENCY_TTFT),
+    FirstTokenMark(attribute=GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK),
+    FirstTokenMark(attribute=GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN),
 )
 
 

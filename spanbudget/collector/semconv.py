@@ -1,18 +1,21 @@
 """Attribute names only the collector reads or writes: the load tester's `loadtest.*`, and
 `budget.*`, spanbudget's annotations (DESIGN §7); those the reference path writes too are
-in `spanbudget.semconv`, which also names the first-token marks and vLLM phases below.
+in `spanbudget.semconv`, which also names the first-token marks and vLLM's phases.
 """
 
 from __future__ import annotations
 
-# First-token marks (DESIGN §5 rule 2), in seconds: the budget's default marks.
-TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
-VLLM_LATENCY_TTFT = "gen_ai.latency.time_to_first_token"
+from spanbudget.semconv import (
+    GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL,
+    GEN_AI_LATENCY_TIME_IN_QUEUE,
+    GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
+)
+from spanbudget.semconv import VLLM_REQUEST_SPAN as VLLM_REQUEST_SPAN
 
-# vLLM's request span and the phases it reports, in seconds.
-VLLM_REQUEST_SPAN = "llm_request"
-VLLM_LATENCY_QUEUE = "gen_ai.latency.time_in_queue"
-VLLM_LATENCY_PREFILL = "gen_ai.latency.time_in_model_prefill"
+# The attribution's names for vLLM's phases, in seconds: the leaf's strings.
+VLLM_LATENCY_TTFT = GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN
+VLLM_LATENCY_QUEUE = GEN_AI_LATENCY_TIME_IN_QUEUE
+VLLM_LATENCY_PREFILL = GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL
 
 # Attributes copied from the trace into the verdict's `attributes`.
 LOADTEST_PREFIX = "loadtest."

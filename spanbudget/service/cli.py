@@ -54,7 +54,7 @@ def serve(
     """
     exit_unless_installed("serve")
     from spanbudget.service.assembly import build_embedder, build_gateway, build_store
-    from spanbudget.service.telemetry import build_tracer_provider
+    from spanbudget.service.telemetry import GATEWAY_SERVICE_NAME, build_tracer_provider
     from spanbudget.service.tokens import load_tokenizer
     from spanbudget.serving import serve as serve_app
 
@@ -65,7 +65,7 @@ def serve(
     settings = _settings(
         listen=listen, llm_base_url=llm_base_url, data_dir=data_dir, faults=faults or None
     )
-    provider = build_tracer_provider("rag-gateway")
+    provider = build_tracer_provider(GATEWAY_SERVICE_NAME)
     with contextlib.ExitStack() as cleanup:  # undone in reverse: store, model, spans
         cleanup.callback(provider.shutdown)
         embedder, stop_embedder = build_embedder(settings)

@@ -15,6 +15,7 @@ from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.instrumentation.utils import suppress_http_instrumentation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider, use_span
 
+from spanbudget import semconv as shared
 from spanbudget.service import semconv as sc
 
 __all__ = ["ChatStream", "LLMClient", "StreamEvent", "UpstreamError"]
@@ -125,7 +126,7 @@ class ChatStream:
         if (content or summary.finish_reasons) and self.time_to_first_chunk is None:
             self.time_to_first_chunk = time.perf_counter() - self._started
             self._span.set_attribute(
-                sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, self.time_to_first_chunk
+                shared.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, self.time_to_first_chunk
             )
         if usage := payload.get("usage"):
             summary.input_tokens = usage.get("prompt_tokens")
@@ -195,15 +196,15 @@ class LLMClient:
         model = str(body.get("model", ""))
         request_body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         attributes: dict[str, Any] = {
-            sc.GEN_AI_OPERATION_NAME: sc.OPERATION_CHAT,
+            shared.GEN_AI_OPERATION_NAME: shared.OPERATION_CHAT,
             sc.GEN_AI_PROVIDER_NAME: self._provider,
-            sc.GEN_AI_REQUEST_MODEL: model,
-            sc.GEN_AI_REQUEST_STREAM: True,
+            shared.GEN_AI_REQUEST_MODEL: model,
+            shared.GEN_AI_REQUEST_STREAM: True,
             sc.SERVER_ADDRESS: self._server_address,
             sc.SERVER_PORT: self._server_port,
         }
         if isinstance(body.get("max_tokens"), int):
-            attributes[sc.GEN_AI_REQUEST_MAX_TOKENS] = body["max_tokens"]
+            attributes[shared.GEN_AI_REQUEST_MAX_TOKENS] = body["max_tokens"]
         span = self._tracer.start_span(
             sc.chat_span_name(model), kind=SpanKind.CLIENT, attributes=attributes
         )

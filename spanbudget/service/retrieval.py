@@ -16,6 +16,7 @@ from functools import partial
 import anyio
 from opentelemetry.trace import SpanKind, TracerProvider
 
+from spanbudget import semconv as shared
 from spanbudget.service import semconv as sc
 from spanbudget.service.embedding import BatchEmbedder, Embedder, EmbeddingBatcher
 from spanbudget.service.faults import NO_FAULTS, FaultPlan
@@ -64,7 +65,7 @@ class Retriever:
         with self._tracer.start_as_current_span(
             sc.retrieval_span_name(collection),
             attributes={
-                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_RETRIEVAL,
+                shared.GEN_AI_OPERATION_NAME: sc.OPERATION_RETRIEVAL,
                 sc.GEN_AI_DATA_SOURCE_ID: collection,
             },
         ) as span:
@@ -72,8 +73,8 @@ class Retriever:
             with self._tracer.start_as_current_span(
                 sc.embeddings_span_name(self._model),
                 attributes={
-                    sc.GEN_AI_OPERATION_NAME: sc.OPERATION_EMBEDDINGS,
-                    sc.GEN_AI_REQUEST_MODEL: self._model,
+                    shared.GEN_AI_OPERATION_NAME: sc.OPERATION_EMBEDDINGS,
+                    shared.GEN_AI_REQUEST_MODEL: self._model,
                 },
             ) as embeddings_span:
                 vector, timing = await self._batcher.embed(query)

@@ -1,41 +1,22 @@
-"""Span and attribute names of DESIGN §3 in one place: GenAI, database and HTTP
-semantic-convention names, plus the few attributes of our own."""
+"""Span and attribute names of DESIGN §3 that only the reference path writes: GenAI,
+database and HTTP semantic-convention names, plus the few attributes of our own.
+
+Those the collector reads too (the GenAI request names, the first-chunk mark, vLLM's
+`llm_request` and its attributes) are in `spanbudget.semconv`, the leaf both sides share.
+"""
 
 from __future__ import annotations
 
 from typing import Final
 
 # GenAI semantic conventions.
-GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
-GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
-GEN_AI_REQUEST_STREAM: Final = "gen_ai.request.stream"
-GEN_AI_REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
 GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
-GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: Final = "gen_ai.response.time_to_first_chunk"
 GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 GEN_AI_DATA_SOURCE_ID: Final = "gen_ai.data_source.id"
-
-# vLLM's `llm_request` span (vllm/tracing/utils.py SpanAttributes, as its V1 engine sets
-# them): the names it uses, older GenAI ones among them. The collector reads the
-# `gen_ai.latency.*` ones (spanbudget/collector/semconv.py) to split prefill into queue and compute.
-GEN_AI_LATENCY_TIME_IN_QUEUE: Final = "gen_ai.latency.time_in_queue"
-GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN: Final = "gen_ai.latency.time_to_first_token"
-GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL: Final = "gen_ai.latency.time_in_model_prefill"
-GEN_AI_LATENCY_TIME_IN_MODEL_DECODE: Final = "gen_ai.latency.time_in_model_decode"
-GEN_AI_LATENCY_TIME_IN_MODEL_INFERENCE: Final = "gen_ai.latency.time_in_model_inference"
-GEN_AI_LATENCY_E2E: Final = "gen_ai.latency.e2e"
-GEN_AI_USAGE_PROMPT_TOKENS: Final = "gen_ai.usage.prompt_tokens"
-GEN_AI_USAGE_COMPLETION_TOKENS: Final = "gen_ai.usage.completion_tokens"
-GEN_AI_REQUEST_ID: Final = "gen_ai.request.id"
-GEN_AI_REQUEST_TOP_P: Final = "gen_ai.request.top_p"
-GEN_AI_REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
-GEN_AI_REQUEST_N: Final = "gen_ai.request.n"
-
-OPERATION_CHAT: Final = "chat"
 OPERATION_EMBEDDINGS: Final = "embeddings"
 OPERATION_RETRIEVAL: Final = "retrieval"
 

@@ -1,8 +1,8 @@
-"""Tracer provider set-up for the processes of the reference path, in one place.
+"""Who the reference path's processes say they are in their spans: the gateway as
+`rag-gateway`, the engine emulator as vLLM does.
 
-Honours the standard `OTEL_*` variables (service name, resource attributes, exporter
-endpoint and headers, sampler, `OTEL_SDK_DISABLED`) through the SDK's own handling, and
-defaults to OTLP http/protobuf towards the budget collector on 127.0.0.1:4318.
+Building the tracer provider (the `OTEL_*` variables, the OTLP endpoint, the batch
+processor) is `spanbudget.telemetry`'s, shared with the collector side.
 """
 
 from __future__ import annotations
@@ -10,49 +10,32 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-__all__ = ["DEFAULT_OTLP_ENDPOINT", "build_tracer_provider", "otlp_traces_endpoint"]
+from spanbudget.telemetry import build_tracer_provider
 
-DEFAULT_OTLP_ENDPOINT = "http://127.0.0.1:4318"
+__all__ = [
+    "ENGINE_SERVICE_NAME",
+    "GATEWAY_SERVICE_NAME",
+    "build_tracer_provider",
+    "engine_tracer_provider",
+]
+
+GATEWAY_SERVICE_NAME = "rag-gateway"
+ENGINE_SERVICE_NAME = "vllm"
 
 
-def otlp_traces_endpoint(env: Mapping[str, str]) -> str:
-    """The OTLP/HTTP traces URL, resolved as the OTLP exporter specification says."""
-    if traces := env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        return traces
-    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", DEFAULT_OTLP_ENDPOINT)
-    return base.rstrip("/") + "/v1/traces"
-
-
-def build_tracer_provider(
-    service_name: str,
-    *,
-    exporter: SpanExporter | None = None,
-    processor: SpanProcessor | None = None,
-    resource_attributes: Mapping[str, str | int] | None = None,
-    env: Mapping[str, str] | None = None,
+def engine_tracer_provider(
+    *, processor: SpanProcessor | None = None, env: Mapping[str, str] | None = None
 ) -> TracerProvider:
-    """Build (never install globally) a tracer provider for one process.
-
-    `service_name` is the default; `OTEL_SERVICE_NAME` wins over it, as the SDK specifies.
-    With neither `exporter` nor `processor`, spans go over OTLP http/protobuf through a
-    batch processor. Pass `processor` (for example a `SimpleSpanProcessor` around an
-    in-memory exporter) to take full control in tests. `resource_attributes` add to the
-    resource (`OTEL_RESOURCE_ATTRIBUTES` still applies).
-    """
-    env = os.environ if env is None else env
-    attributes: dict[str, str | int] = dict(resource_attributes or {})
-    if not env.get("OTEL_SERVICE_NAME"):
-        attributes[SERVICE_NAME] = service_name
-    provider = TracerProvider(resource=Resource.create(attributes))
-    if processor is None:
-        if exporter is None:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            exporter = OTLPSpanExporter(endpoint=otlp_traces_endpoint(env))
-        processor = BatchSpanProcessor(exporter)
-    provider.add_span_processor(processor)
-    return provider
+    """The engine emulator's provider, with vLLM's own resource attributes, so that its
+    spans look like those of a vLLM server."""
+    return build_tracer_provider(
+        ENGINE_SERVICE_NAME,
+        processor=processor,
+        env=env,
+        resource_attributes={
+            "vllm.instrumenting_module_name": "vllm.llm_engine",
+            "vllm.process_id": os.getpid(),
+        },
+    )

@@ -17,6 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from spanbudget.collector.readers._errors import TraceReadError
 from spanbudget.collector.spans import AttrValue, Span, SpanKind, first_events
+from spanbudget.semconv import SERVICE_NAME
 
 __all__ = [
     "request_from_json",
@@ -24,7 +25,6 @@ __all__ = [
     "spans_from_otlp",
 ]
 
-SERVICE_NAME = "service.name"
 UNKNOWN_SERVICE = "unknown_service"
 # opentelemetry.proto.trace.v1.Status.StatusCode.STATUS_CODE_ERROR
 STATUS_CODE_ERROR = 2

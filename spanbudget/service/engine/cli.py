@@ -5,7 +5,6 @@ A thin layer: flags become `EngineSettings`, which build the runtime, served by 
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Any
 
 import typer
@@ -169,19 +168,12 @@ def _serve(settings: Any, preset: Any) -> None:
     from spanbudget.service.engine.generation import OutputPlanner
     from spanbudget.service.engine.runtime import EngineRuntime
     from spanbudget.service.engine.tracing import RequestTracer
-    from spanbudget.service.telemetry import build_tracer_provider
+    from spanbudget.service.telemetry import engine_tracer_provider
     from spanbudget.service.tokens import load_tokenizer
     from spanbudget.serving import serve
 
     log = logging.getLogger("spanbudget.engine")
-    # vLLM's own resource attributes, so the emulator's spans look like vLLM's.
-    provider = build_tracer_provider(
-        "vllm",
-        resource_attributes={
-            "vllm.instrumenting_module_name": "vllm.llm_engine",
-            "vllm.process_id": os.getpid(),
-        },
-    )
+    provider = engine_tracer_provider()
     planner = OutputPlanner(
         load_tokenizer(settings.tokenizer),
         seed=settings.seed,

@@ -14,8 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from spanbudget.service.engine.scheduler import RequestTimings
-from spanbudget.service.semconv import (
+from spanbudget.semconv import (
     GEN_AI_LATENCY_E2E,
     GEN_AI_LATENCY_TIME_IN_MODEL_DECODE,
     GEN_AI_LATENCY_TIME_IN_MODEL_INFERENCE,
@@ -29,10 +28,11 @@ from spanbudget.service.semconv import (
     GEN_AI_REQUEST_TOP_P,
     GEN_AI_USAGE_COMPLETION_TOKENS,
     GEN_AI_USAGE_PROMPT_TOKENS,
+    VLLM_REQUEST_SPAN,
 )
+from spanbudget.service.engine.scheduler import RequestTimings
 
 __all__ = [
-    "SPAN_NAME",
     "TRACER_NAME",
     "TRACE_HEADERS",
     "RequestSpanInfo",
@@ -40,7 +40,6 @@ __all__ = [
     "trace_headers",
 ]
 
-SPAN_NAME = "llm_request"
 TRACER_NAME = "vllm.tracing.otel"  # vLLM's tracer is `trace.get_tracer(__name__)` there
 TRACE_HEADERS = ("traceparent", "tracestate")
 
@@ -84,7 +83,7 @@ class RequestTracer:
         if info.trace_headers:
             parent = _PROPAGATOR.extract(info.trace_headers, context=Context())
         span = self._tracer.start_span(
-            SPAN_NAME, kind=SpanKind.SERVER, context=parent, start_time=info.arrival_time_ns
+            VLLM_REQUEST_SPAN, kind=SpanKind.SERVER, context=parent, start_time=info.arrival_time_ns
         )
         span.set_attributes(
             {

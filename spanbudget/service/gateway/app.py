@@ -20,6 +20,7 @@ from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 from prometheus_client.exposition import choose_encoder
 from starlette.types import Receive, Scope, Send
 
+from spanbudget import semconv as shared
 from spanbudget.service import semconv as sc
 from spanbudget.service.embedding import EmbeddingUnavailable
 from spanbudget.service.faults import DELAY_HEADER, FaultPlan
@@ -98,7 +99,7 @@ def _set_server_ttfc(server_span: Span) -> None:
     start_ns = getattr(server_span, "start_time", None)
     if isinstance(start_ns, int):
         server_span.set_attribute(
-            sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, (time.time_ns() - start_ns) / 1e9
+            shared.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, (time.time_ns() - start_ns) / 1e9
         )
 
 
