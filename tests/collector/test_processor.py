@@ -1,18 +1,23 @@
 """`BudgetSpanProcessor` in a plain TracerProvider: a server whose caller is in another
-process is judged once its local root ends; traffic that matches no stage is skipped."""
+process is judged once its local root ends; traffic that matches no stage is skipped; a
+first token marked by an event is judged as the collector judges it."""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from opentelemetry import trace as trace_api
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from spanbudget.collector.budget_file import load_budget
 from spanbudget.collector.live.processor import BudgetSpanProcessor
+from spanbudget.collector.presets import preset_path
 from spanbudget.collector.verdict import Status, Verdict
-from tests.collector.harness import BUDGET
+from tests.collector.harness import BUDGET, comparable, running_collector
 
 MS = 1_000_000
 T0 = 1_760_000_000_000_000_000
@@ -61,3 +66,48 @@ def test_remote_parent_server_trace_is_judged_and_health_checks_skipped() -> Non
     assert verdict.stage("prompt").ms == 25.0
     assert verdict.status is Status.OVERRUN  # prompt 25 ms > its 20 ms limit
     assert len(skipped) == 1
+
+
+def test_an_event_first_token_is_judged_in_process_as_through_the_collector(
+    tmp_path: Path,
+) -> None:
+    """OpenLLMetry marks the first token with a streamed-chunk event on the LLM span, one
+    event a chunk: BudgetSpanProcessor must read it, at its earliest, as the collector's
+    OTLP intake does, and come to the same verdict."""
+    budget_path = preset_path("openllmetry")
+    got: list[Verdict] = []
+    processor = BudgetSpanProcessor(load_budget(budget_path).budget, got.append, decision_wait=0.05)
+    with running_collector(tmp_path, budget_path=budget_path) as collector:
+        provider = TracerProvider(resource=Resource.create({"service.name": "rag-app"}))
+        provider.add_span_processor(
+            SimpleSpanProcessor(OTLPSpanExporter(f"{collector.url}/v1/traces"))
+        )
+        provider.add_span_processor(processor)
+        tracer = provider.get_tracer("tests")
+        root = tracer.start_span("POST /ask", kind=trace_api.SpanKind.SERVER, start_time=T0)
+        inside = trace_api.set_span_in_context(root)
+        search = tracer.start_span(
+            "qdrant.search",
+            context=inside,
+            kind=trace_api.SpanKind.CLIENT,
+            attributes={"db.system": "Qdrant"},
+            start_time=T0 + 5 * MS,
+        )
+        search.end(T0 + 40 * MS)
+        chat = tracer.start_span(
+            "openai.chat",
+            context=inside,
+            kind=trace_api.SpanKind.CLIENT,
+            attributes={"gen_ai.operation.name": "chat", "llm.request.type": "chat"},
+            start_time=T0 + 45 * MS,
+        )
+        for at_ms in (230, 200, 215):  # one event a chunk; the first is the first token
+            chat.add_event("gen_ai.content.completion.chunk", timestamp=T0 + at_ms * MS)
+        chat.end(T0 + 290 * MS)
+        root.end(T0 + 300 * MS)
+        trace_id = format(root.get_span_context().trace_id, "032x")
+        served = collector.verdict(trace_id)
+        provider.shutdown()
+    assert served["ttft_ms"] == 200.0
+    assert len(got) == 1
+    assert comparable(got[0].to_dict()) == comparable(served)

@@ -22,7 +22,7 @@ from spanbudget.collector.live.core import JudgingCore
 from spanbudget.collector.live.held import HeldSpan
 from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.sinks import Decisions
-from spanbudget.collector.spans import Span, SpanKind
+from spanbudget.collector.spans import Span, SpanKind, first_events
 from spanbudget.collector.verdict import Verdict
 from spanbudget.semconv import SERVICE_NAME
 
@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 
 
 def span_from_sdk(span: ReadableSpan) -> Span:
-    """An ended SDK span as the evaluator's `Span`."""
+    """An ended SDK span as the evaluator's `Span`, its events kept as the OTLP reader
+    keeps them (each name once, at its earliest), so event first-token marks count here
+    as they do through the collector."""
     context = span.context
     assert context is not None  # an ended SDK span always has one
     parent = span.parent
@@ -50,6 +52,7 @@ def span_from_sdk(span: ReadableSpan) -> Span:
         service=str(service),
         attributes=dict(span.attributes or {}),  # type: ignore[arg-type]
         error=span.status.status_code is StatusCode.ERROR,
+        events=first_events((e.name, e.timestamp) for e in span.events) if span.events else (),
     )
 
 
