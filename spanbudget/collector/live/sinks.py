@@ -8,7 +8,8 @@ callbacks are sinks; none of them knows of another.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -17,7 +18,7 @@ from spanbudget.collector.evaluate import Judged
 from spanbudget.collector.live.held import HeldSpan
 from spanbudget.collector.verdict import Verdict
 
-__all__ = ["DecidedTrace", "Decisions", "VerdictSink"]
+__all__ = ["DecidedTrace", "Decisions", "Retention", "VerdictSink"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,3 +84,25 @@ class VerdictSink(Protocol):
     def consume(self, decisions: Decisions) -> None: ...
 
     def close(self) -> None: ...
+
+
+class Retention:
+    """A store's retention, applied from a sink at most once every `every_s` seconds (the
+    first call applies it): `prune` gets the wall-clock time to count ages from."""
+
+    def __init__(
+        self,
+        prune: Callable[[float], object],
+        every_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._prune = prune
+        self.every_s = every_s
+        self._clock = clock
+        self._last = -every_s
+
+    def tick(self) -> None:
+        now = self._clock()
+        if now - self._last >= self.every_s:
+            self._last = now
+            self._prune(time.time())

@@ -22,7 +22,7 @@ from typing import Any
 
 from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.settings import CollectorSettings
-from spanbudget.collector.live.sinks import Decisions
+from spanbudget.collector.live.sinks import Decisions, Retention
 from spanbudget.collector.spans import Span, SpanKind
 
 __all__ = ["SpanSink", "SpanStore", "decode_spans", "encode_spans"]
@@ -311,9 +311,7 @@ class SpanSink:
     ) -> None:
         self.store = store
         self.metrics = metrics
-        self.prune_every_s = prune_every_s
-        self._clock = clock
-        self._last_prune = -prune_every_s
+        self._retention = Retention(store.prune, prune_every_s, clock)
 
     def consume(self, decisions: Decisions) -> None:
         judged = [
@@ -324,10 +322,7 @@ class SpanSink:
         dropped = self.store.keep(judged) if judged else 0
         if dropped:
             self.metrics.export_failures.labels(self.name).inc(dropped)
-        now = self._clock()
-        if now - self._last_prune >= self.prune_every_s:
-            self._last_prune = now
-            self.store.prune(time.time())
+        self._retention.tick()
 
     def close(self) -> None:
         self.store.close()

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from spanbudget.collector.live.sinks import Decisions
+from spanbudget.collector.live.sinks import Decisions, Retention
 from spanbudget.collector.semconv import LOADTEST_RUN_ID
 from spanbudget.collector.stats import StageSummary
 from spanbudget.collector.verdict import Status, Verdict
@@ -292,9 +292,7 @@ class StoreSink:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
-        self.prune_every_s = prune_every_s
-        self._clock = clock
-        self._last_prune = -prune_every_s
+        self._retention = Retention(store.prune, prune_every_s, clock)
 
     def consume(self, decisions: Decisions) -> None:
         judged = [
@@ -308,10 +306,7 @@ class StoreSink:
             for held in decisions.late:
                 late[held.span.trace_id] = late.get(held.span.trace_id, 0) + 1
             self.store.add_late(late)
-        now = self._clock()
-        if now - self._last_prune >= self.prune_every_s:
-            self._last_prune = now
-            self.store.prune(time.time())
+        self._retention.tick()
 
     def close(self) -> None:
         self.store.close()
