@@ -8,6 +8,7 @@ one token per streamed delta, the usage chunk when asked for, then `data: [DONE]
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -94,6 +95,20 @@ class _Reply:
     def usage(self) -> UsageInfo:
         return usage(self.prepared.prompt_tokens, self.prepared.plan.num_tokens)
 
+    def header(self) -> dict[str, Any]:
+        """The fields every body and chunk of the response starts with."""
+        return {"id": self.id, "created": self.created, "model": self.model}
+
+    def whole(self, make: Callable[..., BaseModel], choice: BaseModel) -> JSONResponse:
+        """The answer to a request that did not ask for a stream."""
+        body = make(
+            **self.header(),
+            choices=[choice],
+            usage=self.usage(),
+            system_fingerprint=self.fingerprint,
+        )
+        return JSONResponse(body.model_dump())
+
     def closing_fields(self, done: bool) -> dict[str, Any]:
         """vLLM stamps the fingerprint on the finishing chunk when no usage chunk follows."""
         return {"system_fingerprint": self.fingerprint} if done and not self.include_usage else {}
@@ -133,15 +148,7 @@ class ChatCompletions(_Endpoint):
         choice = ChatChoice(
             index=0, message=message, finish_reason=reply.finish_reason, stop_reason=None
         )
-        response = ChatCompletionResponse(
-            id=reply.id,
-            created=reply.created,
-            model=reply.model,
-            choices=[choice],
-            usage=reply.usage(),
-            system_fingerprint=reply.fingerprint,
-        )
-        return JSONResponse(response.model_dump())
+        return reply.whole(ChatCompletionResponse, choice)
 
     @staticmethod
     def _chunk(reply: _Reply, text: str, done: bool) -> BaseModel:
@@ -153,10 +160,8 @@ class ChatCompletions(_Endpoint):
             index=0, delta=DeltaMessage(content=text), logprobs=None, token_ids=None, **finish
         )
         return ChatCompletionStreamResponse(
-            id=reply.id,
+            **reply.header(),
             object="chat.completion.chunk",
-            created=reply.created,
-            model=reply.model,
             choices=[choice],
             **reply.closing_fields(done),
         )
@@ -165,10 +170,8 @@ class ChatCompletions(_Endpoint):
     def _role_chunk(reply: _Reply) -> BaseModel:
         role = DeltaMessage(role="assistant", content="")
         return ChatCompletionStreamResponse(
-            id=reply.id,
+            **reply.header(),
             object="chat.completion.chunk",
-            created=reply.created,
-            model=reply.model,
             choices=[ChatStreamChoice(index=0, delta=role, logprobs=None, finish_reason=None)],
             prompt_token_ids=None,
             prompt_text=None,
@@ -177,10 +180,8 @@ class ChatCompletions(_Endpoint):
     @staticmethod
     def _usage_chunk(reply: _Reply) -> BaseModel:
         return ChatCompletionStreamResponse(
-            id=reply.id,
+            **reply.header(),
             object="chat.completion.chunk",
-            created=reply.created,
-            model=reply.model,
             choices=[],
             usage=reply.usage(),
             system_fingerprint=reply.fingerprint,
@@ -208,9 +209,7 @@ class Completions(_Endpoint):
         reply = self._reply(prepared, body)
         if body.stream:
             final = CompletionStreamResponse(
-                id=reply.id,
-                created=reply.created,
-                model=reply.model,
+                **reply.header(),
                 choices=[],
                 usage=reply.usage(),
                 system_fingerprint=reply.fingerprint,
@@ -228,15 +227,7 @@ class Completions(_Endpoint):
         choice = CompletionChoice(
             index=0, text=prepared.plan.text, finish_reason=reply.finish_reason, stop_reason=None
         )
-        response = CompletionResponse(
-            id=reply.id,
-            created=reply.created,
-            model=reply.model,
-            choices=[choice],
-            usage=reply.usage(),
-            system_fingerprint=reply.fingerprint,
-        )
-        return JSONResponse(response.model_dump())
+        return reply.whole(CompletionResponse, choice)
 
     @staticmethod
     def _prompt(body: CompletionRequest) -> tuple[str, int | None]:
@@ -262,10 +253,8 @@ class Completions(_Endpoint):
             token_ids=None,
         )
         return CompletionStreamResponse(
-            id=reply.id,
+            **reply.header(),
             object="text_completion",
-            created=reply.created,
-            model=reply.model,
             choices=[choice],
             **reply.closing_fields(done),
         )
