@@ -1,10 +1,13 @@
-"""Durations as people write them on a command line: `500ms`, `2s`, `15m`, `1h`, `3d`."""
+"""Durations as people write them on a command line: `500ms`, `2s`, `15m`, `1h`, `3d`;
+and the `since` bound the HTTP API and the web UI take, a duration ago or a time."""
 
 from __future__ import annotations
 
 import re
+import time
+from datetime import datetime
 
-__all__ = ["parse_duration"]
+__all__ = ["parse_duration", "parse_since"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PATTERN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*\Z")
@@ -16,3 +19,16 @@ def parse_duration(text: str) -> float:
     if match is None:
         raise ValueError(f"not a duration: {text!r} (examples: 500ms, 2s, 15m, 1h)")
     return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+
+
+def parse_since(text: str) -> float:
+    """`15m` (that long ago) or an RFC 3339 time, as Unix seconds; raises ValueError
+    with the message an HTTP 400 gives."""
+    try:
+        return time.time() - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ValueError(f"since: not a duration (15m) or RFC 3339 time: {text!r}") from None

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import hmac
 import re
-import time
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from spanbudget.collector.alerts.engine import AlertEngine, RuleState
-from spanbudget.collector.durations import parse_duration
+from spanbudget.collector.durations import parse_since
 from spanbudget.collector.live.intake import (
     JSON,
     PROTOBUF,
@@ -193,12 +191,6 @@ def _since(text: str | None) -> float | None:
     if text is None or not text.strip():
         return None
     try:
-        return time.time() - parse_duration(text)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise HTTPException(
-            400, f"since: not a duration (15m) or RFC 3339 time: {text!r}"
-        ) from None
+        return parse_since(text)
+    except ValueError as exc:
+        raise HTTPException(400, str(exc)) from None

@@ -22,7 +22,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from spanbudget.collector.alerts.engine import AlertEngine
 from spanbudget.collector.budget import Budget
-from spanbudget.collector.durations import parse_duration
+from spanbudget.collector.durations import parse_since
 from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.links import jaeger_trace_url
 from spanbudget.collector.live.pipeline import Pipeline
@@ -79,15 +79,9 @@ def _since(text: str | None) -> float | None:
     if text is None or not text.strip() or text == "all":
         return None
     try:
-        return time.time() - parse_duration(text)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise HTTPException(
-            400, f"since: not a duration (15m) or RFC 3339 time: {text!r}"
-        ) from None
+        return parse_since(text)
+    except ValueError as exc:
+        raise HTTPException(400, str(exc)) from None
 
 
 def _warm(columns: VerdictColumns) -> None:
