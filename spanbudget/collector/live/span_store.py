@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import sqlite3
 import threading
 import time
 import zlib
@@ -23,6 +22,7 @@ from typing import Any
 from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.live.sinks import Decisions, Retention
+from spanbudget.collector.live.store import connect
 from spanbudget.collector.spans import Span, SpanKind
 
 __all__ = ["SpanSink", "SpanStore", "decode_spans", "encode_spans"]
@@ -104,9 +104,9 @@ class SpanStore:
         self.max_traces = max_traces
         self.max_bytes = max_bytes
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = self._connect()
+        self._writer = connect(self.path)
         self._writer.executescript(_SCHEMA)
-        self._reader = self._connect()
+        self._reader = connect(self.path)
         self._read_lock = threading.Lock()
         row = self._writer.execute(
             "SELECT COALESCE(MAX(seq), 0), COUNT(*), COALESCE(SUM(bytes), 0) FROM trace_spans"
@@ -120,13 +120,6 @@ class SpanStore:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closing = False
-
-    def _connect(self) -> sqlite3.Connection:
-        connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=NORMAL")
-        connection.execute("PRAGMA busy_timeout=5000")
-        return connection
 
     @classmethod
     def from_settings(cls, settings: CollectorSettings) -> SpanStore | None:

@@ -20,7 +20,7 @@ from spanbudget.collector.semconv import LOADTEST_RUN_ID
 from spanbudget.collector.stats import StageSummary
 from spanbudget.collector.verdict import Status, Verdict
 
-__all__ = ["StoreSink", "VerdictStore"]
+__all__ = ["StoreSink", "VerdictStore", "connect"]
 
 
 _SCHEMA = """
@@ -50,6 +50,16 @@ CREATE INDEX IF NOT EXISTS stage_results_seq ON stage_results (seq);
 """
 
 
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection to one of the collector's SQLite files (verdicts, spans): WAL, so the
+    API reads while the worker writes; autocommit; any thread; a wait when locked."""
+    connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=NORMAL")
+    connection.execute("PRAGMA busy_timeout=5000")
+    return connection
+
+
 class VerdictStore:
     """Verdicts by trace id, newest first listings, per-stage summaries.
 
@@ -64,19 +74,12 @@ class VerdictStore:
         self.retention_count = retention_count
         if str(path) != ":memory:":
             path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = self._connect()
+        self._writer = connect(self.path)
         self._writer.executescript(_SCHEMA)
-        self._reader = self._connect()
+        self._reader = connect(self.path)
         self._read_lock = threading.Lock()
         row = self._writer.execute("SELECT COALESCE(MAX(seq), 0) FROM verdicts").fetchone()
         self._next_seq = int(row[0]) + 1
-
-    def _connect(self) -> sqlite3.Connection:
-        connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=NORMAL")
-        connection.execute("PRAGMA busy_timeout=5000")
-        return connection
 
     def close(self) -> None:
         self._writer.close()
