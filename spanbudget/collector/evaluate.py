@@ -251,7 +251,9 @@ class Evaluator:
             if stage.name in matched:
                 ms = stage_ms[stage.name]
                 status = _band(ms, stage.target_ms, stage.limit_ms)
-                breakdown = {k: _round_ms(v) for k, v in breakdown_ns[stage.name].items()}
+                breakdown = {
+                    k: round(v / _NS_PER_MS, 2) for k, v in breakdown_ns[stage.name].items()
+                }
                 results.append(
                     StageResult(stage.name, ms, stage.target_ms, stage.limit_ms, status, breakdown)
                 )

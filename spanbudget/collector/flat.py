@@ -48,11 +48,22 @@ class StageTable:
     root-ness) is resolved against the selectors once, and only the attributes its
     remaining selectors read are looked at per span after that."""
 
-    __slots__ = ("_flat", "memo")
+    __slots__ = ("_flat", "_phases", "memo")
 
     def __init__(self, flat: Sequence[tuple[str, Selector]]) -> None:
         self._flat = tuple(flat)
         self.memo: dict[tuple[str, SpanKind, str, bool], _Decision] = {}
+        self._phases: dict[tuple[str, str], str] = {}
+
+    def phase(self, name: str, service: str) -> str:
+        """The stage of a vLLM phase node (internal, no attributes) of `service`."""
+        key = (name, service)
+        stage = self._phases.get(key)
+        if stage is None:
+            if len(self._phases) >= _MEMO_LIMIT:
+                self._phases.clear()
+            stage = self._phases[key] = self.stage(name, _INTERNAL, service, _NO_ATTRIBUTES, False)
+        return stage
 
     def stage(
         self,
@@ -184,6 +195,7 @@ def flatten(spans: Sequence[Span], table: StageTable) -> Flat | None:
     depths, kids, stages, matched = flat.depth, flat.kids, flat.stage, flat.matched
     memo_get = table.memo.get
     classify = table.stage
+    resolve = _resolve
 
     own = classify(root_span.name, root_span.kind, root_span.service, root_span.attributes, True)
     if own:
@@ -198,6 +210,8 @@ def flatten(spans: Sequence[Span], table: StageTable) -> Flat | None:
     if root_span.name == VLLM_REQUEST_SPAN:
         _add_phases(flat, 0, table)
     skew = 0
+    add_node, add_id, add_start, add_end = nodes.append, ids.append, starts.append, ends.append
+    add_depth, add_kids, add_stage = depths.append, kids.append, stages.append
     stack = [(0, kid, 0) for kid in reversed(top)]
     pop, push = stack.pop, stack.append
     while stack:
@@ -221,18 +235,20 @@ def flatten(spans: Sequence[Span], table: StageTable) -> Flat | None:
         decision = memo_get((name, kind, service, False))
         if decision.__class__ is str:
             own = decision
-        else:
+        elif decision is None:
             own = classify(name, kind, service, span.attributes, False)
+        else:
+            own = resolve(decision, span.attributes)  # type: ignore[arg-type]
         if own:
             matched.add(own)
         index = len(ids)
-        nodes.append(span)
-        ids.append(span.span_id)
-        starts.append(start)
-        ends.append(end)
-        depths.append(depths[parent] + 1)
-        kids.append([])
-        stages.append(own or stages[parent])
+        add_node(span)
+        add_id(span.span_id)
+        add_start(start)
+        add_end(end)
+        add_depth(depths[parent] + 1)
+        add_kids([])
+        add_stage(own or stages[parent])
         kids[parent].append(index)
         if name == VLLM_REQUEST_SPAN:
             _add_phases(flat, index, table)
@@ -276,7 +292,7 @@ def _add_phases(flat: Flat, index: int, table: StageTable) -> None:
     for n, name in enumerate(_PHASES):
         phase_start, phase_end = bounds[n], bounds[n + 1]
         if phase_end > phase_start:
-            own = table.stage(name, _INTERNAL, service, _NO_ATTRIBUTES, False)
+            own = table.phase(name, service)
             if own:
                 flat.matched.add(own)
             child = len(flat.ids)
