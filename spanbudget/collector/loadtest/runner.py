@@ -51,8 +51,10 @@ def _steady_runtime() -> Iterator[None]:
     """Interpreter settings that keep the dispatcher on time; restored afterwards."""
     interval = sys.getswitchinterval()
     thresholds = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
+    frozen_before = gc.get_freeze_count() > 0  # someone froze already: leave it to them
+    if not frozen_before:
+        gc.collect()
+        gc.freeze()
     gc.set_threshold(_YOUNG_THRESHOLD, *thresholds[1:])
     sys.setswitchinterval(min(interval, _SWITCH_INTERVAL_S))
     try:
@@ -60,7 +62,8 @@ def _steady_runtime() -> Iterator[None]:
     finally:
         sys.setswitchinterval(interval)
         gc.set_threshold(*thresholds)
-        gc.unfreeze()
+        if not frozen_before:
+            gc.unfreeze()
 
 
 async def _sleep_until(due: float) -> None:
