@@ -285,21 +285,21 @@ class Evaluator:
         else:
             status = max([total_status, *(r.status for r in results)], key=_severity)
 
-        return Verdict(
-            trace_id=trace_id,
-            budget=budget.name,
-            status=status,
-            ttft_ms=ttft_ms,
-            total_target_ms=total_target,
-            total_limit_ms=total_limit,
-            total_status=total_status,
-            stages=tuple(results),
-            unattributed_ms=rounded[-1],
-            blame=_blame(results, total_status),
-            overrun_ms=overrun_ms,
-            skew_adjusted_ms=_round_ms(skew_ns),
-            attributes=carried,
-            evaluated_at=evaluated_at,
+        return Verdict(  # positional: the fields in their order, as the class lists them
+            trace_id,
+            budget.name,
+            status,
+            ttft_ms,
+            total_target,
+            total_limit,
+            total_status,
+            tuple(results),
+            rounded[-1],
+            _blame(results, total_status),
+            overrun_ms,
+            _round_ms(skew_ns),
+            carried,
+            evaluated_at,
         )
 
 

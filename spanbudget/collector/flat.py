@@ -53,17 +53,19 @@ class StageTable:
     def __init__(self, flat: Sequence[tuple[str, Selector]]) -> None:
         self._flat = tuple(flat)
         self.memo: dict[tuple[str, SpanKind, str, bool], _Decision] = {}
-        self._phases: dict[tuple[str, str], str] = {}
+        self._phases: dict[str, tuple[str, ...]] = {}
 
-    def phase(self, name: str, service: str) -> str:
-        """The stage of a vLLM phase node (internal, no attributes) of `service`."""
-        key = (name, service)
-        stage = self._phases.get(key)
-        if stage is None:
+    def phases(self, service: str) -> tuple[str, ...]:
+        """The stages ("" for none) of vLLM's phase nodes (internal, no attributes) of
+        `service`, in `_PHASES` order."""
+        stages = self._phases.get(service)
+        if stages is None:
             if len(self._phases) >= _MEMO_LIMIT:
                 self._phases.clear()
-            stage = self._phases[key] = self.stage(name, _INTERNAL, service, _NO_ATTRIBUTES, False)
-        return stage
+            stages = self._phases[service] = tuple(
+                self.stage(name, _INTERNAL, service, _NO_ATTRIBUTES, False) for name in _PHASES
+            )
+        return stages
 
     def stage(
         self,
@@ -286,25 +288,27 @@ def _add_phases(flat: Flat, index: int, table: StageTable) -> None:
     prefill_start = max(start, first_token - round(prefill * _NS_PER_S))
     queue_start = max(start, prefill_start - round(queue * _NS_PER_S))
     bounds = (start, queue_start, prefill_start, first_token, end)
-    service = span.service
+    service, span_id = span.service, span.span_id
     parent_stage = flat.stage[index]
     depth = flat.depth[index] + 1
-    for n, name in enumerate(_PHASES):
+    phases, matched, own_kids = flat.phases, flat.matched, flat.kids[index]
+    ids, starts, ends = flat.ids, flat.start, flat.end
+    for n, stage in enumerate(table.phases(service)):
         phase_start, phase_end = bounds[n], bounds[n + 1]
         if phase_end > phase_start:
-            own = table.phase(name, service)
-            if own:
-                flat.matched.add(own)
-            child = len(flat.ids)
-            flat.phases[child] = name
+            if stage:
+                matched.add(stage)
+            child = len(ids)
+            name = _PHASES[n]
+            phases[child] = name
             flat.spans.append(None)
-            flat.ids.append(f"{span.span_id}:{name}")
-            flat.start.append(phase_start)
-            flat.end.append(phase_end)
+            ids.append(f"{span_id}:{name}")
+            starts.append(phase_start)
+            ends.append(phase_end)
             flat.depth.append(depth)
-            flat.kids.append([])
-            flat.stage.append(own or parent_stage)
-            flat.kids[index].append(child)
+            flat.kids.append(_LEAF)
+            flat.stage.append(stage or parent_stage)
+            own_kids.append(child)
 
 
 # A mark as the evaluator tries it: (attribute or None, event names, anchor, match).
