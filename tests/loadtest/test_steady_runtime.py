@@ -1,11 +1,10 @@
-"""While a run sends, the interpreter keeps the dispatcher on time (a short GIL switch
-interval, rare cycle collections); afterwards every setting is as it was."""
+"""While a run sends, the cycle collector runs rarely and leaves what existed before the
+run alone; afterwards every setting is as it was."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import sys
 
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -15,12 +14,12 @@ from spanbudget.testing.sse_server import Stall, serve, sse_app
 
 
 def test_settings_hold_during_a_run_and_are_restored() -> None:
-    interval, thresholds = sys.getswitchinterval(), gc.get_threshold()
+    thresholds = gc.get_threshold()
     frozen_before = gc.get_freeze_count()
-    seen: list[tuple[float, int, int]] = []
+    seen: list[tuple[int, int]] = []
 
     def on_record(_: RequestRecord) -> None:
-        seen.append((sys.getswitchinterval(), gc.get_threshold()[0], gc.get_freeze_count()))
+        seen.append((gc.get_threshold()[0], gc.get_freeze_count()))
 
     requests = [ChatRequest(i, "p", i * 0.01, "hi", 2) for i in range(3)]
     with serve(sse_app(Stall())) as base:
@@ -30,10 +29,8 @@ def test_settings_hold_during_a_run_and_are_restored() -> None:
         )
     assert all(r.ok for r in records)
     assert len(seen) == 3
-    for switch, young, frozen in seen:
-        assert switch <= 0.0005
+    for young, frozen in seen:
         assert young >= 50_000
         assert frozen > 0
-    assert sys.getswitchinterval() == interval
     assert gc.get_threshold() == thresholds
     assert gc.get_freeze_count() == frozen_before

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -39,28 +38,23 @@ class Progress:
 
 
 _SPIN_S = 0.0015
-# While a run sends: hand the GIL back to the event loop within 0.5 ms (the span exporter's
-# thread would otherwise hold it for up to the default 5 ms), and collect cycles rarely,
-# with what existed before the run frozen out of the collector's sight.
-_SWITCH_INTERVAL_S = 0.0005
+# While a run sends, collect cycles rarely, with what existed before the run frozen out of
+# the collector's sight: a full collection would stall the dispatcher for milliseconds.
 _YOUNG_THRESHOLD = 50_000
 
 
 @contextlib.contextmanager
 def _steady_runtime() -> Iterator[None]:
     """Interpreter settings that keep the dispatcher on time; restored afterwards."""
-    interval = sys.getswitchinterval()
     thresholds = gc.get_threshold()
     frozen_before = gc.get_freeze_count() > 0  # someone froze already: leave it to them
     if not frozen_before:
         gc.collect()
         gc.freeze()
     gc.set_threshold(_YOUNG_THRESHOLD, *thresholds[1:])
-    sys.setswitchinterval(min(interval, _SWITCH_INTERVAL_S))
     try:
         yield
     finally:
-        sys.setswitchinterval(interval)
         gc.set_threshold(*thresholds)
         if not frozen_before:
             gc.unfreeze()
