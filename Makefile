@@ -38,15 +38,18 @@ unit: $(STAMP)
 test-install: $(STAMP)
 	$(BIN)/pytest -m reference_install tests/install
 
-# Every benchmark in turn; each prints its own table (a few minutes in all).
+# Every benchmark in turn at full size, each printing its own table, then one summary:
+# each headline figure, its aim and its ratio to the floor measured in the same run.
+# tests/bench runs each of them in its --quick mode (so `make test` and CI do).
+BENCH_SUMMARY := $(abspath .bench-summary.jsonl)
+BENCHES := evaluate readers pipeline ui loadgen engine gateway cpu
 bench: $(STAMP)
-	$(BIN)/python bench/evaluate.py
-	$(BIN)/python bench/readers.py
-	$(BIN)/python bench/pipeline.py
-	$(BIN)/python bench/ui.py
-	$(BIN)/python bench/loadgen.py
-	$(BIN)/python bench/gateway.py
-	$(BIN)/python bench/engine.py
+	rm -f $(BENCH_SUMMARY)
+	set -e; for b in $(BENCHES); do \
+		echo "== bench/$$b.py"; \
+		SPANBUDGET_BENCH_SUMMARY=$(BENCH_SUMMARY) $(BIN)/python bench/$$b.py; \
+	done
+	$(BIN)/python bench/bench_summary.py $(BENCH_SUMMARY)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

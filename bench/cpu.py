@@ -3,7 +3,10 @@
 a nominal and a burst rate, and where retrieval's wall time goes.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/cpu.py [--data-dir ./data] [--rates 2,16]
-        [--seconds 20] [--configs before,after,after-1process]
+        [--seconds 20] [--configs before,after,after-1process] [--quick]
+
+`--quick` (CI) ingests 3 documents into a temp dir and measures `after` at 4 req/s for
+2 s: it checks the bench runs (with the reference models), not its numbers.
 
 It starts the same processes as the demo (`spanbudget.demo.stack_children`), on ports of
 its own, and drives the gateway with the load tester's open-loop dispatcher from this
@@ -28,6 +31,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -42,7 +46,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The repository's packages come first: bench/collector.py would otherwise stand in for it.
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
+from bench_summary import record
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from rich.console import Console
 
@@ -304,7 +310,7 @@ def measure(
             cpu = {row: cpu_after[row] - cpu_before[row] for row in cpu_after}
             waited = {row: wait_after[row] - wait_before[row] for row in wait_after}
             parts = [tap.traces[t] for t in trace_ids if "embeddings span" in tap.traces.get(t, {})]
-            verdicts = list(found.values())
+            verdicts = [verdict.to_dict() for verdict in found.values()]
             out.append(Measured(config, rate, n, seconds, cpu, waited, verdicts, parts, load))
             console.print(
                 f"{config} at {rate:g} req/s: {n} requests in {seconds:.1f} s, "
@@ -423,6 +429,28 @@ def print_tables(results: list[Measured]) -> None:
         print("\nsame-run ratios: " + "; ".join(ratios))
 
 
+def ingest_sample(data_dir: Path, *, documents: int) -> None:
+    """A few documents of the default corpus where the stack reads its collection."""
+    import itertools
+
+    from spanbudget.service.assembly import hnsw_params
+    from spanbudget.service.embedding import SentenceTransformerEmbedder
+    from spanbudget.service.ingest import default_corpus, ingest
+    from spanbudget.service.settings import Settings
+    from spanbudget.service.vectorstore import EdgeStore
+
+    settings = Settings(_env_file=None, data_dir=data_dir)
+    embedder = SentenceTransformerEmbedder()
+    store = EdgeStore(
+        settings.shard_path,
+        collection=settings.collection,
+        dimension=embedder.dimension,
+        hnsw=hnsw_params(settings),
+    )
+    ingest(list(itertools.islice(default_corpus(), documents)), embedder, store)
+    store.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--data-dir", type=Path, default=Path("./data"))
@@ -430,7 +458,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="per rate")
     parser.add_argument("--configs", default="before,after", help=", ".join(CONFIGS))
     parser.add_argument("--port-base", type=int, default=19000)
+    parser.add_argument("--quick", action="store_true", help="a short run (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.rates, args.seconds, args.configs = "4", 2.0, "after"
+        args.data_dir = Path(tempfile.mkdtemp(prefix="spanbudget-bench-quick-"))
+        ingest_sample(args.data_dir, documents=3)
     args.rates = [float(r) for r in args.rates.split(",")]
     console = Console()
     results: list[Measured] = []
@@ -439,6 +472,18 @@ def main() -> int:
         results += measure(config, CONFIGS[config], args, console)
     print(f"\n{os.cpu_count()} CPUs; {args.seconds:g} s per rate; Poisson arrivals")
     print_tables(results)
+    for m in results:
+        stack = sum(v for k, v in m.cpu.items() if k != "machine (all processes)")
+        model = next((v for k, v in m.cpu.items() if k.startswith("gateway: embedding")), 0.0)
+        record(
+            "cpu",
+            f"stack CPU per request, {m.config} at {m.rate:g} req/s",
+            stack / max(1, m.requests),
+            "ms",
+            aim="as little as the reference path allows",
+            floor=model / max(1, m.requests) if model else None,
+            floor_name="the query model alone",
+        )
     print(f"\nbench wall time {time.perf_counter() - started:.0f} s")
     return 0
 

@@ -1,10 +1,13 @@
 """Evaluator cost: microseconds per judged 12-span trace of the reference path.
 
-Run: .venv/bin/python bench/evaluate.py [--traces 5000]
+Run: .venv/bin/python bench/evaluate.py [--traces 5000] [--quick]
 
 Measures side by side, in one run: the full evaluation with a long-lived `Evaluator`
 (as the collector uses it), the same with a new `Evaluator` per trace (cold selector
-memo), and tree assembly plus critical-path attribution alone.
+memo), the reference path on a `Node` tree (`judge(keep_tree=True)`), tree assembly plus
+critical-path attribution alone, and the floor: a minimal tree walk (index the spans by
+id, link each to its parent, visit each once from the root), which any evaluator pays.
+`--quick` runs a few hundred traces once: it checks the bench runs, not its numbers.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.spans import Span
 from spanbudget.testing.traces import rag_trace
 
+sys.path.insert(0, str(REPO / "bench"))
+from bench_summary import record
+
 
 def make_traces(count: int) -> list[list[Span]]:
     traces = []
@@ -40,6 +46,22 @@ def make_traces(count: int) -> list[list[Span]]:
         traces.append(builder.spans)
     assert all(len(t) == 12 for t in traces)
     return traces
+
+
+def tree_walk(trace: list[Span]) -> int:
+    """The floor: index by id, link children to parents, visit every span once from the root."""
+    by_id = {span.span_id: span for span in trace}
+    children: dict[str | None, list[Span]] = {}
+    for span in by_id.values():
+        parent = span.parent_span_id if span.parent_span_id in by_id else None
+        children.setdefault(parent, []).append(span)
+    total = 0
+    stack = list(children.get(None, []))
+    while stack:
+        span = stack.pop()
+        total += span.end_ns - span.start_ns
+        stack.extend(children.get(span.span_id, ()))
+    return total
 
 
 def per_trace_us(
@@ -58,7 +80,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--traces", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="a short run (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.traces, args.repeat = 300, 1
     budget = load_budget(REPO / "budget.yaml").budget
     traces = make_traces(args.traces)
     now = datetime.now(UTC)
@@ -70,6 +95,13 @@ def main() -> None:
     def cold(trace: list[Span]) -> object:
         return Evaluator(budget).evaluate(trace, evaluated_at=now)
 
+    def reference(trace: list[Span]) -> object:
+        judged = warm.judge(trace, evaluated_at=now, keep_tree=True)
+        assert judged is not None
+        assert judged.tree is not None
+        judged.tree.release()
+        return judged
+
     def attribution_only(trace: list[Span]) -> object:
         tree = assemble(trace)
         assert tree is not None
@@ -80,7 +112,12 @@ def main() -> None:
     rows = [
         ("evaluate (long-lived Evaluator)", per_trace_us(full, traces, args.repeat)),
         ("evaluate (new Evaluator per trace)", per_trace_us(cold, traces, args.repeat)),
-        ("assemble + attribute only", per_trace_us(attribution_only, traces, args.repeat)),
+        ("reference path (Node tree)", per_trace_us(reference, traces, args.repeat)),
+        (
+            "assemble + attribute only (Node tree)",
+            per_trace_us(attribution_only, traces, args.repeat),
+        ),
+        ("floor: minimal tree walk", per_trace_us(tree_walk, traces, args.repeat)),
     ]
     baseline = rows[0][1]
     table = Table(title=f"Evaluator, 12-span traces, {args.traces} traces, best of {args.repeat}")
@@ -88,9 +125,23 @@ def main() -> None:
     table.add_column("µs / trace", justify="right")
     table.add_column("traces / s", justify="right")
     table.add_column("ratio to evaluate", justify="right")
+    table.add_column("÷ floor", justify="right")
+    floor = rows[-1][1]
     for name, us in rows:
-        table.add_row(name, f"{us:.1f}", f"{1e6 / us:,.0f}", f"{us / baseline:.2f}×")
-    Console().print(table)
+        table.add_row(
+            name, f"{us:.1f}", f"{1e6 / us:,.0f}", f"{us / baseline:.2f}×", f"{us / floor:.1f}×"
+        )
+    Console(width=120).print(table)
+    record(
+        "evaluate",
+        "evaluate, 12-span trace (long-lived Evaluator)",
+        baseline,
+        "µs",
+        aim="≤ 20 µs (first bar ≤ 60)",
+        floor=floor,
+        floor_name="minimal tree walk",
+        met=baseline <= 20,
+    )
     verdict = dict.fromkeys(("ok", "warn", "overrun"), 0)
     for trace in traces:
         result = warm.evaluate(trace, evaluated_at=now)

@@ -6,6 +6,8 @@ tracing (SDK on vs OTEL_SDK_DISABLED=true, same run, interleaved).
 Uses an ingested collection under --data-dir when there is one, otherwise a sample of the
 default corpus ingested into a temp dir. The LLM is a zero-latency OpenAI-compatible stub
 on 127.0.0.1, so the numbers are the gateway's own.
+`--quick` ingests 3 documents into a temp dir and sends 10 requests per configuration: it
+checks the bench runs (it still needs the reference models), not its numbers.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ from spanbudget.service.telemetry import build_tracer_provider
 from spanbudget.service.tokens import load_tokenizer
 from spanbudget.service.vectorstore import EdgeStore
 from spanbudget.testing.servers import free_port
+
+sys.path.insert(0, str(REPO / "bench"))
+from bench_summary import record
 
 QUESTIONS = [
     "How does a for loop work?",
@@ -217,7 +222,11 @@ async def main() -> None:
     parser.add_argument("--requests", type=int, default=150, help="requests per configuration")
     parser.add_argument("--sample-documents", type=int, default=25)
     parser.add_argument("--serve-stub", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="a short run (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.requests, args.sample_documents = 10, 3
+        args.data_dir = Path(tempfile.mkdtemp(prefix="spanbudget-bench-quick-"))
     if args.serve_stub:
         config = uvicorn.Config(stub_llm, port=args.serve_stub, log_level="critical", ws="none")
         await uvicorn.Server(config).serve()
@@ -322,6 +331,26 @@ async def main() -> None:
     print(
         f"{'difference (median of rounds)':32} {'':9} {statistics.median(wall_diff):9.2f} "
         f"{statistics.median(cpu_diff):9.2f}"
+    )
+
+    retrieval = rows[1].get("retrieval")
+    if retrieval:
+        record(
+            "gateway",
+            "retrieval stage p95, c=1",
+            pct(retrieval, 0.95),
+            "ms",
+            aim="≤ 40 ms",
+            met=pct(retrieval, 0.95) <= 40,
+        )
+    record(
+        "gateway",
+        "CPU per request, tracing on",
+        statistics.median(round_cpu_ms["on"]),
+        "ms",
+        aim="tracing a small share",
+        floor=statistics.median(round_cpu_ms["off"]),
+        floor_name="OTEL_SDK_DISABLED=true",
     )
 
     for name, client in clients.items():

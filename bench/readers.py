@@ -1,6 +1,7 @@
 """OTLP intake cost: protobuf decode alone vs decode + `spans_from_otlp`, 12-span traces.
 
-Run: `.venv/bin/python bench/readers.py [--traces N] [--repeat R]`; prints spans/s side by side.
+Run: `.venv/bin/python bench/readers.py [--traces N] [--repeat R] [--quick]`; prints spans/s
+side by side. `--quick` (CI) runs each row twice on 20 traces: it checks the bench runs.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ import argparse
 import base64
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -19,6 +22,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_summary import record
 
 from spanbudget.collector.readers import parse_traces, spans_from_otlp
 
@@ -95,7 +104,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--traces", type=int, default=200, help="traces per request")
     parser.add_argument("--repeat", type=int, default=20, help="runs per row; best is kept")
+    parser.add_argument("--quick", action="store_true", help="a short run (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.traces, args.repeat = 20, 2
 
     request = build_request(args.traces)
     payload = request.SerializeToString()
@@ -116,13 +128,25 @@ def main() -> None:
     print(f"{n_spans} spans per request ({args.traces} traces x {SPANS_PER_TRACE} spans, ")
     print(f"8 attributes each), {len(payload)} bytes protobuf; best of {args.repeat} runs")
     print(f"{'path':<32} {'spans/s':>12} {'µs/span':>9} {'µs/trace':>9}")
+    rates = []
     for label, run in rows:
         seconds = _best_seconds(run, args.repeat)
+        rates.append(n_spans / seconds)
         per_span_us = seconds / n_spans * 1e6
         print(
             f"{label:<32} {n_spans / seconds:>12,.0f} {per_span_us:>9.2f} "
             f"{per_span_us * SPANS_PER_TRACE:>9.1f}"
         )
+
+    record(
+        "readers",
+        "OTLP protobuf decode + spans_from_otlp",
+        rates[1],
+        "spans/s",
+        aim="the collector's floor: no aim of its own",
+        floor=rates[0],
+        floor_name="protobuf decode alone",
+    )
 
 
 if __name__ == "__main__":

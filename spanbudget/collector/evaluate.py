@@ -11,6 +11,7 @@ from datetime import datetime
 
 from spanbudget.collector.attribution import Node, Tree, assemble, attribute_window
 from spanbudget.collector.budget import Budget, FirstTokenMark, Selector, WhenAbsent
+from spanbudget.collector.flat import Flat, StageTable, attribute_flat, first_token_flat, flatten
 from spanbudget.collector.semconv import LOADTEST_PREFIX
 from spanbudget.collector.spans import AttrValue, Span
 from spanbudget.collector.verdict import StageResult, Status, Verdict
@@ -20,7 +21,6 @@ __all__ = ["Evaluator", "Judged", "evaluate", "first_token_ns"]
 
 _NS_PER_MS = 1_000_000
 _UNIT_NS = 10_000  # verdict times are rounded to 0.01 ms
-_MEMO_LIMIT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,21 +40,20 @@ class Judged:
 class Evaluator:
     """Judges traces against one budget.
 
-    Holds only the budget and a bounded memo of stage decisions (spans of one service
-    repeat the same few shapes, so the memo makes matching one dict look-up a span).
+    Holds only the budget, compiled: the stage selectors as a bounded memo of decisions
+    per span shape (spans of one service repeat the same few shapes) and the first-token
+    marks as a table.
     """
 
     def __init__(self, budget: Budget) -> None:
         self.budget = budget
-        self._flat = [
-            (stage.name, selector) for stage in budget.stages for selector in stage.selectors
-        ]
-        # Only these attributes can change a span's stage; together with the span's name,
-        # kind, service and root-ness they decide it, so the decision is memoised on them.
-        self._keys = sorted({key for _, sel in self._flat for key in sel.attributes})
+        # Stage matching compiled once: a dict look-up per span shape, and the attributes
+        # the remaining selectors read (DESIGN §5 rule 4).
+        self._table = StageTable(
+            [(stage.name, selector) for stage in budget.stages for selector in stage.selectors]
+        )
         self._stage_names = budget.stage_names()
         self._marks = _mark_table(budget.first_token)
-        self._memo: dict[tuple[object, ...], str | None] = {}
 
     def evaluate(self, spans: Sequence[Span], *, evaluated_at: datetime) -> Verdict | None:
         """The verdict of one trace, or None when no span matches any stage (not judged)."""
@@ -70,13 +69,92 @@ class Evaluator:
         nodes clipped to the TTFT window, with `self_ns` and `on_path` set; call
         `tree.release()` when done with it.
         """
+        if not keep_tree:
+            flat = flatten(spans, self._table)
+            if flat is not None:
+                return self._judge_flat(spans, flat, evaluated_at)
+        return self._judge_tree(spans, evaluated_at, keep_tree)
+
+    def stage_of(self, node: Node, *, is_root: bool) -> str | None:
+        """The first stage (file order) with a selector that matches, else None."""
+        stage = self._table.stage(node.name, node.kind, node.service, node.attributes, is_root)
+        return stage or None
+
+    def _judge_flat(
+        self, spans: Sequence[Span], flat: Flat, evaluated_at: datetime
+    ) -> Judged | None:
+        """The fast path: the trace as arrays (`flat`), no `Node` per span."""
+        matched = flat.matched
+        if not matched:
+            return None
+        first_token = first_token_flat(flat, self._marks)
+        starts = flat.start
+        window_end = first_token if first_token is not None else flat.end[0]
+        uncovered = attribute_flat(flat, starts[0], window_end)
+        stage_ns = dict.fromkeys(self._stage_names, 0)
+        breakdown_ns: dict[str, dict[str, int]] = {name: {} for name in stage_ns}
+        unattributed = uncovered
+        stages, nodes, phases = flat.stage, flat.spans, flat.phases
+        error = False
+        on_path = flat.on_path
+        for i, own in enumerate(flat.self_ns):
+            if on_path[i] and not error:
+                node = nodes[i]
+                error = node is not None and node.error
+            if not own:
+                continue
+            stage = stages[i]
+            if stage is None:
+                unattributed += own
+            else:
+                stage_ns[stage] += own
+                parts = breakdown_ns[stage]
+                node = nodes[i]
+                name = phases[i] if node is None else node.name
+                parts[name] = parts.get(name, 0) + own
+        root = nodes[0]
+        assert root is not None
+        model = None
+        for node in nodes:
+            if node is not None:
+                value = node.attributes.get(GEN_AI_REQUEST_MODEL)
+                if isinstance(value, str):
+                    model = value
+                    break
+        verdict = self._verdict(
+            spans[0].trace_id,
+            matched,
+            stage_ns,
+            breakdown_ns,
+            unattributed,
+            window_start=starts[0],
+            window_end=window_end,
+            first_token=first_token,
+            error=error,
+            skew_ns=flat.skew_ns,
+            carried=_carried(root.attributes, model),
+            evaluated_at=evaluated_at,
+        )
+        ids = flat.ids
+        span_stages = {
+            ids[i]: stage for i, stage in enumerate(stages) if stage and nodes[i] is not None
+        }
+        return Judged(verdict, ids[0], span_stages, first_token)
+
+    def _judge_tree(
+        self, spans: Sequence[Span], evaluated_at: datetime, keep_tree: bool
+    ) -> Judged | None:
+        """The reference path, on a `Node` tree: for `keep_tree`, and for the traces the
+        fast path leaves to it (spans in a parent cycle)."""
         matched: set[str] = set()
+        table = self._table
 
         def classify(node: Node, is_root: bool) -> str | None:
-            stage = self.stage_of(node, is_root=is_root)
-            if stage is not None:
+            stage = table.stage(node.name, node.kind, node.service, node.attributes, is_root)
+            if stage:
                 matched.add(stage)
-            return stage
+                return stage
+            return None
 
         tree = assemble(spans, classify)
         if tree is None:
@@ -97,34 +175,6 @@ class Evaluator:
             return judged
         return Judged(verdict, judged.root_span_id, stages, first_token, tree)
 
-    def stage_of(self, node: Node, *, is_root: bool) -> str | None:
-        """The first stage (file order) with a selector that matches, else None."""
-        attributes = node.attributes
-        key = (
-            node.name,
-            node.kind,
-            node.service,
-            is_root,
-            *map(_text, map(attributes.get, self._keys)),
-        )
-        try:
-            return self._memo[key]
-        except KeyError:
-            pass
-        stage = next(
-            (
-                name
-                for name, sel in self._flat
-                if sel.matches_shape(node.name, node.kind, node.service, is_root)
-                and sel.matches_attributes(attributes)
-            ),
-            None,
-        )
-        if len(self._memo) >= _MEMO_LIMIT:
-            self._memo.clear()
-        self._memo[key] = stage
-        return stage
-
     def _judge(
         self,
         trace_id: str,
@@ -133,7 +183,6 @@ class Evaluator:
         first_token: int | None,
         evaluated_at: datetime,
     ) -> Verdict:
-        budget = self.budget
         root = tree.root
         window_end = first_token if first_token is not None else root.end
         uncovered = attribute_window(tree, root.start, window_end)
@@ -150,17 +199,61 @@ class Evaluator:
                 stage_ns[node.stage] += node.self_ns
                 parts = breakdown_ns[node.stage]
                 parts[node.name] = parts.get(node.name, 0) + node.self_ns
-        names = list(stage_ns)
-        rounded = _apportion([stage_ns[n] for n in names] + [unattributed], window_end - root.start)
-        stage_ms = dict(zip(names, rounded, strict=False))
+        model = next(
+            (
+                value
+                for node in tree.nodes
+                if isinstance(value := node.attributes.get(GEN_AI_REQUEST_MODEL), str)
+            ),
+            None,
+        )
+        return self._verdict(
+            trace_id,
+            matched,
+            stage_ns,
+            breakdown_ns,
+            unattributed,
+            window_start=root.start,
+            window_end=window_end,
+            first_token=first_token,
+            error=any(node.error and node.on_path for node in tree.nodes),
+            skew_ns=tree.skew_ns,
+            carried=_carried(root.attributes, model),
+            evaluated_at=evaluated_at,
+        )
 
+    def _verdict(
+        self,
+        trace_id: str,
+        matched: set[str],
+        stage_ns: dict[str, int],
+        breakdown_ns: dict[str, dict[str, int]],
+        unattributed: int,
+        *,
+        window_start: int,
+        window_end: int,
+        first_token: int | None,
+        error: bool,
+        skew_ns: int,
+        carried: dict[str, str | int | float | bool],
+        evaluated_at: datetime,
+    ) -> Verdict:
+        """The verdict from the attributed times (`window_start` is the clipped root's)."""
+        budget = self.budget
+        names = list(stage_ns)
+        rounded = _apportion(
+            [stage_ns[n] for n in names] + [unattributed], window_end - window_start
+        )
+        stage_ms = dict(zip(names, rounded, strict=False))
         total_target, total_limit = budget.total_target_ms, budget.total_limit_ms
         results: list[StageResult] = []
         for stage in budget.stages:
             if stage.name in matched:
                 ms = stage_ms[stage.name]
                 status = _band(ms, stage.target_ms, stage.limit_ms)
-                breakdown = {k: _round_ms(v) for k, v in breakdown_ns[stage.name].items()}
+                breakdown = {
+                    k: round(v / _NS_PER_MS, 2) for k, v in breakdown_ns[stage.name].items()
+                }
                 results.append(
                     StageResult(stage.name, ms, stage.target_ms, stage.limit_ms, status, breakdown)
                 )
@@ -177,7 +270,7 @@ class Evaluator:
                     StageResult(stage.name, 0.0, stage.target_ms, stage.limit_ms, Status.ABSENT)
                 )
 
-        ttft_ms = _round_ms(window_end - root.start) if first_token is not None else None
+        ttft_ms = _round_ms(window_end - window_start) if first_token is not None else None
         if ttft_ms is None:
             total_status = Status.INCOMPLETE
             overrun_ms = 0.0
@@ -185,28 +278,28 @@ class Evaluator:
             total_status = _band(ttft_ms, total_target, total_limit)
             overrun_ms = round(max(0.0, ttft_ms - total_limit), 2)
 
-        if any(node.error and node.on_path for node in tree.nodes):
+        if error:
             status = Status.ERROR
         elif ttft_ms is None:
             status = Status.INCOMPLETE
         else:
             status = max([total_status, *(r.status for r in results)], key=_severity)
 
-        return Verdict(
-            trace_id=trace_id,
-            budget=budget.name,
-            status=status,
-            ttft_ms=ttft_ms,
-            total_target_ms=total_target,
-            total_limit_ms=total_limit,
-            total_status=total_status,
-            stages=tuple(results),
-            unattributed_ms=rounded[-1],
-            blame=_blame(results, total_status),
-            overrun_ms=overrun_ms,
-            skew_adjusted_ms=_round_ms(tree.skew_ns),
-            attributes=_carried_attributes(tree),
-            evaluated_at=evaluated_at,
+        return Verdict(  # positional: the fields in their order, as the class lists them
+            trace_id,
+            budget.name,
+            status,
+            ttft_ms,
+            total_target,
+            total_limit,
+            total_status,
+            tuple(results),
+            rounded[-1],
+            _blame(results, total_status),
+            overrun_ms,
+            _round_ms(skew_ns),
+            carried,
+            evaluated_at,
         )
 
 
@@ -348,23 +441,17 @@ def _blame(results: Sequence[StageResult], total: Status) -> tuple[str, ...]:
     return ()
 
 
-def _carried_attributes(tree: Tree) -> dict[str, str | int | float | bool]:
+def _carried(
+    root_attributes: Mapping[str, AttrValue], model: str | None
+) -> dict[str, str | int | float | bool]:
     """Load-test ids from the root, and the requested model from the outermost span."""
     carried: dict[str, str | int | float | bool] = {}
-    for key, value in tree.root.attributes.items():
+    for key, value in root_attributes.items():
         if key.startswith(LOADTEST_PREFIX) and _is_scalar(value):
             carried[key] = value  # type: ignore[assignment]
-    for node in tree.nodes:
-        model = node.attributes.get(GEN_AI_REQUEST_MODEL)
-        if isinstance(model, str):
-            carried[GEN_AI_REQUEST_MODEL] = model
-            break
+    if model is not None:
+        carried[GEN_AI_REQUEST_MODEL] = model
     return carried
-
-
-def _text(value: AttrValue | None) -> str | None:
-    """A hashable form of an attribute value for the memo key (arrays become text)."""
-    return value if value is None or isinstance(value, str) else repr(value)
 
 
 def _is_scalar(value: AttrValue | Mapping[str, object]) -> bool:

@@ -141,6 +141,7 @@ def run(settings: Any) -> int:
     from spanbudget.collector.live.alerting import AlertsSink
     from spanbudget.collector.live.api import create_app
     from spanbudget.collector.live.forward import Forwarder
+    from spanbudget.collector.live.gc_settings import tune_for_throughput
     from spanbudget.collector.live.metrics import CollectorMetrics
     from spanbudget.collector.live.pipeline import Pipeline
     from spanbudget.collector.live.span_store import SpanStore
@@ -207,6 +208,7 @@ def run(settings: Any) -> int:
         settings.decision_wait_seconds,
         f", forwarding to {settings.forward_traces_url}" if forwarder else "",
     )
+    tune_for_throughput()
     started = False
     try:
         started = serve(create_app(pipeline, alerts=alerting.engine), settings.listen)

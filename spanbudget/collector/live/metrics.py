@@ -6,7 +6,9 @@ Histograms use budget-aware buckets and carry trace-id exemplars (shown in OpenM
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -26,6 +28,7 @@ def _buckets() -> tuple[float, ...]:
 
 
 BUDGET_BUCKETS_SECONDS = _buckets()
+_BUCKET_BOUNDS = (*BUDGET_BUCKETS_SECONDS, math.inf)  # as a histogram sees them
 
 
 class CollectorMetrics:
@@ -128,17 +131,52 @@ class CollectorMetrics:
 
     def observe(self, verdict: Verdict) -> None:
         """Record one judged trace, with its id as the exemplar."""
-        budget = verdict.budget
-        exemplar = {"trace_id": verdict.trace_id}
-        self._child(self.traces, budget, verdict.status.value).inc()
-        if verdict.ttft_ms is not None:
-            self._child(self.ttft, budget).observe(verdict.ttft_ms / 1000, exemplar)
-        for stage in verdict.stages:
-            if stage.ms is None:
-                continue
-            self._child(self.stage_duration, budget, stage.name).observe(stage.ms / 1000, exemplar)
-            if stage.status is Status.OVERRUN:
-                self._child(self.stage_overruns, budget, stage.name).inc(exemplar=exemplar)
+        self.observe_all([verdict])
+
+    def observe_all(self, verdicts: Sequence[Verdict]) -> None:
+        """Record judged traces in order, as `observe` one by one would.
+
+        A bucket or counter keeps only the last exemplar given to it, so only the last
+        observation landing in each carries one: the exposition is the same, without
+        validating an exemplar per observation.
+        """
+        observed: dict[tuple[Any, ...], list[tuple[float, str]]] = {}
+        counted: dict[tuple[Any, ...], int] = {}
+        overrun: dict[tuple[Any, ...], tuple[int, str]] = {}
+        for verdict in verdicts:
+            budget, trace_id = verdict.budget, verdict.trace_id
+            key: tuple[Any, ...] = (self.traces, budget, verdict.status.value)
+            counted[key] = counted.get(key, 0) + 1
+            if verdict.ttft_ms is not None:
+                observed.setdefault((self.ttft, budget), []).append(
+                    (verdict.ttft_ms / 1000, trace_id)
+                )
+            for stage in verdict.stages:
+                if stage.ms is None:
+                    continue
+                observed.setdefault((self.stage_duration, budget, stage.name), []).append(
+                    (stage.ms / 1000, trace_id)
+                )
+                if stage.status is Status.OVERRUN:
+                    key = (self.stage_overruns, budget, stage.name)
+                    overrun[key] = (overrun.get(key, (0, ""))[0] + 1, trace_id)
+        for (metric, *labels), count in counted.items():
+            self._child(metric, *labels).inc(count)
+        for (metric, *labels), values in observed.items():
+            child = self._child(metric, *labels)
+            bounds = _BUCKET_BOUNDS
+            last = {bisect_left(bounds, value): n for n, (value, _) in enumerate(values)}
+            marked = set(last.values())
+            for n, (value, trace_id) in enumerate(values):
+                if n in marked:
+                    child.observe(value, {"trace_id": trace_id})
+                else:
+                    child.observe(value)
+        for (metric, *labels), (count, trace_id) in overrun.items():
+            child = self._child(metric, *labels)
+            if count > 1:
+                child.inc(count - 1)
+            child.inc(exemplar={"trace_id": trace_id})
 
     def _child(self, metric: Any, *labels: str) -> Any:
         # `labels()` validates and locks on every call; the label sets here are few and
@@ -159,8 +197,7 @@ class MetricsSink:
         self.metrics = metrics
 
     def consume(self, decisions: Decisions) -> None:
-        for verdict in decisions.verdicts():
-            self.metrics.observe(verdict)
+        self.metrics.observe_all(decisions.verdicts())
 
     def close(self) -> None:
         return None

@@ -73,25 +73,26 @@ def spans_from_otlp(
                 start = span.start_time_unix_nano
                 end = span.end_time_unix_nano
                 kind = span.kind
-                attributes = span.attributes
+                attributes: dict[str, AttrValue] = {}
+                for kv in span.attributes:
+                    value = kv.value
+                    text = value.string_value
+                    # most attributes are strings: one field read instead of WhichOneof
+                    attributes[kv.key] = text if text else value_of(value)
                 events = span.events
                 append(
                     Span(
-                        trace_id=trace_id.hex(),
-                        span_id=span_id.hex(),
-                        name=span.name,
-                        start_ns=start,
-                        end_ns=end if end > start else start,
-                        parent_span_id=None if parent in no_parent else parent.hex(),
-                        kind=kinds[kind] if 0 <= kind < n_kinds else internal,
-                        service=service,
-                        attributes={kv.key: value_of(kv.value) for kv in attributes}
-                        if attributes
-                        else {},
-                        error=span.status.code == STATUS_CODE_ERROR,
-                        events=first_events((e.name, e.time_unix_nano) for e in events)
-                        if events
-                        else (),
+                        trace_id.hex(),
+                        span_id.hex(),
+                        span.name,
+                        start,
+                        end if end > start else start,
+                        None if parent in no_parent else parent.hex(),
+                        kinds[kind] if 0 <= kind < n_kinds else internal,
+                        service,
+                        attributes,
+                        span.status.code == STATUS_CODE_ERROR,
+                        first_events((e.name, e.time_unix_nano) for e in events) if events else (),
                     )
                 )
     return spans

@@ -1,0 +1,111 @@
+"""Every benchmark runs, in its short mode, as `make bench` runs it: as a script from the
+repository, so that a refactor cannot break one unseen. Only that it ran and printed its
+table and its summary figures is checked, never a timing (the machine is shared)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+# bench -> a line its table prints, and the summary figures it must record.
+LIGHT = {
+    "evaluate.py": ("evaluate (long-lived Evaluator)", 1),
+    "readers.py": ("decode + spans_from_otlp", 1),
+    "pipeline.py": ("full pipeline, in-process", 1),
+    "ui.py": ("overview, everything (100%)", 1),
+    "loadgen.py": ("poisson", 1),
+    "engine.py": ("step time modelled vs actual", 1),
+}
+# These load the reference models and start the demo's processes: a minute or so each.
+HEAVY = {
+    "gateway.py": ("tracing on (SDK + batch)", 2),
+    "cpu.py": ("the stack, in all", 1),
+}
+
+
+def start_quick(script: str, tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "SPANBUDGET_BENCH_SUMMARY": str(tmp_path / f"{script}.jsonl"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    return subprocess.Popen(
+        [sys.executable, str(BENCH / script), "--quick", *extra],
+        cwd=tmp_path,  # not the repository: a bench must find the checkout by itself
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def check(script: str, process: subprocess.Popen[str], tmp_path: Path) -> None:
+    shown, figures = {**LIGHT, **HEAVY}[script]
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, out[-2000:] + err[-4000:]
+    assert shown in out
+    summary = tmp_path / f"{script}.jsonl"
+    recorded = [json.loads(line) for line in summary.read_text().splitlines()]
+    assert len(recorded) >= figures
+    for figure in recorded:
+        assert figure["bench"] == script.removesuffix(".py")
+        assert isinstance(figure["measured"], float | int)
+        assert figure["aim"]
+
+
+@pytest.mark.parametrize("script", sorted(LIGHT))
+def test_each_bench_runs_quick(script: str, tmp_path: Path) -> None:
+    check(script, start_quick(script, tmp_path), tmp_path)
+
+
+@pytest.mark.slow
+def test_the_model_benches_run_quick(tmp_path: Path) -> None:
+    """Side by side, to keep the suite short: most of their time is waiting for start-up."""
+    running = {
+        "gateway.py": start_quick("gateway.py", tmp_path),
+        "cpu.py": start_quick("cpu.py", tmp_path, "--port-base", "19600"),
+    }
+    for script, process in running.items():
+        check(script, process, tmp_path)
+
+
+def test_every_bench_is_covered_and_none_shadows_a_package() -> None:
+    scripts = {p.name for p in BENCH.glob("*.py")} - {"bench_summary.py"}
+    assert scripts == set(LIGHT) | set(HEAVY)
+    for script in scripts | {"bench_summary.py"}:
+        module = script.removesuffix(".py")
+        assert module not in {"spanbudget", "collector", "service", "tests", "bench"}
+        try:
+            __import__(module)
+        except ImportError:
+            continue  # not importable from here: nothing it could shadow
+        else:
+            pytest.fail(f"bench/{script} shares its name with an importable module")
+
+
+def test_the_summary_prints_every_figure(tmp_path: Path) -> None:
+    path = tmp_path / "summary.jsonl"
+    rows = [
+        {"bench": "a", "figure": "x", "measured": 12.5, "unit": "µs", "aim": "≤ 20 µs",
+         "floor": 2.5, "floor_name": "walk", "met": True},
+        {"bench": "b", "figure": "y", "measured": 30000, "unit": "spans/s", "aim": "≥ 50,000",
+         "floor": 120000, "floor_name": "decode", "met": False},
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_summary.py"), str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "200"},
+    ).stdout
+    assert "5×" in out  # 12.5 / 2.5
+    assert "0.25×" in out  # 30,000 / 120,000
+    assert "not met" in out

@@ -1,0 +1,121 @@
+"""The evaluator's fast path (`flat`, arrays) and its reference path (`attribution`, a `Node`
+tree, what `judge(..., keep_tree=True)` runs) give identical judgements: the verdict, each
+span's stage, the root and the first token, on random trees and under every preset."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spanbudget.collector.budget import Budget
+from spanbudget.collector.budget_file import load_budget, load_preset
+from spanbudget.collector.evaluate import Evaluator, Judged
+from spanbudget.collector.flat import StageTable, flatten
+from spanbudget.collector.readers import parse_traces
+from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind, group_by_trace
+from spanbudget.testing.traces import rag_trace
+from tests.core.test_attribution_properties import BUDGET, NOW, span_trees
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO.parent / "shared" / "fixtures"
+PRESETS = ["genai", "openinference", "openlit", "openllmetry", "vllm", "vllm-v0"]
+EVENTS = ["First Token Stream Event", "gen_ai.content.completion.chunk", "other"]
+# Attributes that presets' selectors and marks read, to give random spans some of them.
+EXTRA_ATTRIBUTES: list[dict[str, AttrValue]] = [
+    {},
+    {"gen_ai.request.stream": True, "gen_ai.server.time_to_first_token": 0.004},
+    {"gen_ai.response.time_to_first_chunk": 0.003},
+    {"gen_ai.latency.time_to_first_token": 0.02, "gen_ai.latency.time_in_queue": 0.005},
+    {"openinference.span.kind": "RETRIEVER"},
+    {"gen_ai.request.model": "m", "loadtest.run_id": "r"},
+    {"db.system": "Qdrant", "http.status_code": 500},
+]
+
+
+def both(evaluator: Evaluator, spans: Sequence[Span]) -> tuple[Judged | None, Judged | None]:
+    fast = evaluator.judge(spans, evaluated_at=NOW)
+    reference = evaluator.judge(spans, evaluated_at=NOW, keep_tree=True)
+    if reference is not None and reference.tree is not None:
+        reference.tree.release()
+        reference = dataclasses.replace(reference, tree=None)
+    return fast, reference
+
+
+def assert_same(evaluator: Evaluator, spans: Sequence[Span]) -> None:
+    fast, reference = both(evaluator, spans)
+    assert fast == reference
+    if fast is not None and reference is not None:
+        assert fast.verdict.to_dict() == reference.verdict.to_dict()
+
+
+@st.composite
+def marked_trees(draw: st.DrawFn) -> list[Span]:
+    """Random trees whose spans also carry preset marks, events and attributes."""
+    spans = draw(span_trees())
+    out = []
+    for span in spans:
+        extra = draw(st.sampled_from(EXTRA_ATTRIBUTES))
+        events: tuple[SpanEvent, ...] = ()
+        if draw(st.integers(min_value=0, max_value=3)) == 0:
+            at = span.start_ns + draw(st.integers(min_value=-1_000_000, max_value=50_000_000))
+            events = (SpanEvent(draw(st.sampled_from(EVENTS)), at),)
+        out.append(
+            dataclasses.replace(
+                span, attributes={**span.attributes, **extra}, events=events or span.events
+            )
+        )
+    return out
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(span_trees())
+def test_same_judgement_on_random_trees(spans: list[Span]) -> None:
+    assert_same(Evaluator(BUDGET), spans)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(marked_trees(), st.sampled_from(PRESETS))
+def test_same_judgement_under_every_preset(spans: list[Span], preset: str) -> None:
+    assert_same(Evaluator(load_preset(preset).budget), spans)
+
+
+def test_a_long_lived_evaluator_judges_as_a_new_one() -> None:
+    """The compiled selector memo carries nothing from one trace into the next."""
+    warm = Evaluator(BUDGET)
+    for i in range(60):
+        builder = rag_trace(trace_id=f"{i:032x}", retrieval=i % 7, queue=i % 5, chat_error=i == 9)
+        assert warm.judge(builder.spans, evaluated_at=NOW) == Evaluator(BUDGET).judge(
+            builder.spans, evaluated_at=NOW
+        )
+        assert_same(warm, builder.spans)
+
+
+@pytest.mark.parametrize("budget_name", ["budget.yaml", *PRESETS])
+def test_same_judgement_on_the_shared_fixtures(budget_name: str) -> None:
+    budget: Budget = (
+        load_budget(REPO / budget_name).budget
+        if budget_name.endswith(".yaml")
+        else load_preset(budget_name).budget
+    )
+    evaluator = Evaluator(budget)
+    files = sorted((FIXTURES / "otlp").glob("*.json")) + sorted(
+        (FIXTURES / "jaeger").glob("*.json")
+    )
+    assert files
+    for path in files:
+        for spans in group_by_trace(parse_traces(path.read_bytes(), path.name)).values():
+            assert_same(evaluator, spans)
+
+
+def test_the_reference_path_takes_traces_in_a_parent_cycle() -> None:
+    """Spans whose parents form a cycle are left to the tree, which adopts them."""
+    a = Span("t" * 32, "a" * 16, "a", 0, 10, parent_span_id="b" * 16, kind=SpanKind.CLIENT)
+    b = Span("t" * 32, "b" * 16, "auth.x", 1, 5, parent_span_id="a" * 16)
+    table = StageTable([])
+    assert flatten([a, b], table) is None
+    assert_same(Evaluator(BUDGET), [a, b])

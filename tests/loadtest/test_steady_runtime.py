@@ -1,0 +1,36 @@
+"""While a run sends, the cycle collector runs rarely and leaves what existed before the
+run alone; afterwards every setting is as it was."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+from opentelemetry.sdk.trace import TracerProvider
+
+from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord
+from spanbudget.collector.loadtest.runner import RunSettings, run_requests
+from spanbudget.testing.sse_server import Stall, serve, sse_app
+
+
+def test_settings_hold_during_a_run_and_are_restored() -> None:
+    thresholds = gc.get_threshold()
+    frozen_before = gc.get_freeze_count()
+    seen: list[tuple[int, int]] = []
+
+    def on_record(_: RequestRecord) -> None:
+        seen.append((gc.get_threshold()[0], gc.get_freeze_count()))
+
+    requests = [ChatRequest(i, "p", i * 0.01, "hi", 2) for i in range(3)]
+    with serve(sse_app(Stall())) as base:
+        settings = RunSettings(f"{base}/v1/chat/completions", "m", "run-steady")
+        records = asyncio.run(
+            run_requests(requests, settings, TracerProvider().get_tracer("t"), on_record=on_record)
+        )
+    assert all(r.ok for r in records)
+    assert len(seen) == 3
+    for young, frozen in seen:
+        assert young >= 50_000
+        assert frozen > 0
+    assert gc.get_threshold() == thresholds
+    assert gc.get_freeze_count() == frozen_before
