@@ -60,6 +60,7 @@ def annotate(spans: Sequence[HeldSpan], judged: Judged) -> None:
             if verdict.ttft_ms is not None:
                 _put(attributes, BUDGET_TTFT_MS).double_value = verdict.ttft_ms
             blame = _put(attributes, BUDGET_BLAME).array_value
+            blame.SetInParent()  # an empty blame is still an array, not a value left unset
             for name in verdict.blame:
                 blame.values.add().string_value = name
             _put(attributes, BUDGET_OVERRUN_MS).double_value = verdict.overrun_ms
