@@ -35,6 +35,23 @@ def collect(
         str | None,
         typer.Option(help="Forward every span, annotated, to this OTLP/HTTP endpoint."),
     ] = None,
+    forward_keep: Annotated[
+        str | None,
+        typer.Option(
+            help="Forward only traces with these verdict statuses (ok, warn, overrun, error,"
+            " incomplete; skipped, dropped: traces not judged), plus --forward-sample of the"
+            " rest. Default: every trace.",
+            show_default=False,
+        ),
+    ] = None,
+    forward_sample: Annotated[
+        str | None,
+        typer.Option(
+            help="Share of the other traces also forwarded, 0 to 1, chosen by trace id as"
+            " OTel's TraceIdRatioBased sampler does (0 with --forward-keep alone).",
+            show_default=False,
+        ),
+    ] = None,
     alertmanager: Annotated[
         str | None, typer.Option(help="Alertmanager base URL for burn-rate alerts.")
     ] = None,
@@ -93,6 +110,9 @@ def collect(
     Example:
 
         spanbudget collect --budget budget.yaml --forward-otlp http://127.0.0.1:4319
+
+        spanbudget collect --forward-otlp http://127.0.0.1:4319 \
+            --forward-keep overrun,error --forward-sample 0.05
     """
     from pydantic import ValidationError
 
@@ -107,6 +127,8 @@ def collect(
         "budget_path": budget,
         "db_path": db,
         "forward_otlp": forward_otlp,
+        "forward_keep": forward_keep,
+        "forward_sample": forward_sample,
         "alertmanager": alertmanager,
         "webhook": webhook,
         "alert_window_scale": alert_window_scale,
@@ -123,11 +145,44 @@ def collect(
             ("retention_seconds", retention),
         ):
             options[key] = None if text is None else parse_duration(text)
-        settings = CollectorSettings(**{k: v for k, v in options.items() if v is not None})
-    except (ValueError, ValidationError) as exc:
+        given = {k: v for k, v in options.items() if v is not None}
+        settings = CollectorSettings(**given)
+    except ValidationError as exc:
+        typer.echo(f"error: {_problems(exc, given)}", err=True)
+        raise typer.Exit(2) from None
+    except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if settings.forward_otlp is None and (
+        settings.forward_keep is not None or settings.forward_sample is not None
+    ):
+        log.warning("--forward-keep and --forward-sample do nothing without --forward-otlp")
     raise typer.Exit(run(settings))
+
+
+# Settings whose flag is not their name with dashes.
+_FLAGS = {
+    "budget_path": "--budget",
+    "db_path": "--db",
+    "decision_wait_seconds": "--decision-wait",
+    "max_trace_age_seconds": "--max-trace-age",
+    "retention_seconds": "--retention",
+}
+
+
+def _problems(exc: Any, given: dict[str, Any]) -> str:
+    """A settings error on one line, each problem named by the flag, or the environment
+    variable, that gave the value."""
+    problems = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        if field in given:
+            where = _FLAGS.get(field, "--" + field.replace("_", "-"))
+        else:
+            where = f"SPANBUDGET_COLLECTOR_{field.upper()}"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        problems.append(f"{where}: {message} (got {error['input']!r})")
+    return "; ".join(problems)
 
 
 def run(settings: Any) -> int:
@@ -206,7 +261,9 @@ def run(settings: Any) -> int:
         source.path,
         settings.db_path,
         settings.decision_wait_seconds,
-        f", forwarding to {settings.forward_traces_url}" if forwarder else "",
+        f", forwarding {forwarder.policy.describe()} to {settings.forward_traces_url}"
+        if forwarder
+        else "",
     )
     tune_for_throughput()
     started = False

@@ -1,8 +1,9 @@
 """Forwarding spans downstream over OTLP http/protobuf, annotated with their budget results.
 
-`Forwarder` is a sink of the judging core: every span it held goes on as it arrived, the
-spans of judged traces with DESIGN §7's `budget.*` attributes added. A bounded queue off
-the worker thread and one sender thread; retries with backoff on 429, 5xx and connection
+`Forwarder` is a sink of the judging core: the spans of the traces its policy keeps
+(`forward_policy.ForwardPolicy`; by default every trace) go on as they arrived, the spans
+of judged traces with DESIGN §7's `budget.*` attributes added. A bounded queue off the
+worker thread and one sender thread; retries with backoff on 429, 5xx and connection
 errors; everything given up on is counted, never raised.
 """
 
@@ -20,6 +21,7 @@ import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from spanbudget.collector.evaluate import Judged
+from spanbudget.collector.live.forward_policy import SAMPLED_OUT, ForwardPolicy
 from spanbudget.collector.live.held import HeldSpan
 from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.settings import CollectorSettings
@@ -60,6 +62,7 @@ def annotate(spans: Sequence[HeldSpan], judged: Judged) -> None:
             if verdict.ttft_ms is not None:
                 _put(attributes, BUDGET_TTFT_MS).double_value = verdict.ttft_ms
             blame = _put(attributes, BUDGET_BLAME).array_value
+            blame.SetInParent()  # an empty blame is still an array, not a value left unset
             for name in verdict.blame:
                 blame.values.add().string_value = name
             _put(attributes, BUDGET_OVERRUN_MS).double_value = verdict.overrun_ms
@@ -106,7 +109,8 @@ def build_request(spans: Sequence[HeldSpan]) -> ExportTraceServiceRequest:
 
 
 class Forwarder:
-    """Sends every held span to one OTLP/HTTP traces URL from a background thread.
+    """Sends the held spans of the traces `policy` keeps (default: all) to one OTLP/HTTP
+    traces URL from a background thread, counting each decision in `metrics`.
 
     `consume` (and `submit`) never block: spans beyond `max_queue_spans` are dropped and
     counted. A batch is retried (exponential backoff with jitter, `Retry-After` honoured)
@@ -134,6 +138,11 @@ class Forwarder:
             backoff_max=settings.forward_backoff_max_seconds,
             max_elapsed=settings.forward_max_elapsed_seconds,
             drain_seconds=settings.shutdown_drain_seconds,
+            policy=ForwardPolicy(
+                settings.forward_keep_statuses,
+                settings.forward_sample,
+                memory=settings.decided_memory,
+            ),
         )
 
     def __init__(
@@ -149,9 +158,19 @@ class Forwarder:
         max_elapsed: float,
         drain_seconds: float = 5.0,
         client: httpx.Client | None = None,
+        policy: ForwardPolicy | None = None,
     ) -> None:
         self.url = url
         self.metrics = metrics
+        self.policy = policy or ForwardPolicy()
+        # The label sets the policy can produce, at zero from the start, looked up once.
+        self._counters = {
+            reason: (
+                metrics.forward_traces.labels(_decision(reason), reason),
+                metrics.forward_spans.labels(_decision(reason), reason),
+            )
+            for reason in self.policy.reasons()
+        }
         self.max_queue_spans = max_queue_spans
         self.batch_spans = batch_spans
         self.backoff = backoff
@@ -167,14 +186,34 @@ class Forwarder:
         self._thread.start()
 
     def consume(self, decisions: Decisions) -> None:
-        """Queue every span of the step: judged traces' annotated, the rest as they came."""
+        """Queue the spans of the step that the policy keeps: judged traces' annotated, the
+        rest as they came; late spans follow their trace's decision."""
+        policy = self.policy
+        counters = self._counters
         spans: list[HeldSpan] = []
         for trace in decisions.traces:
+            reason = policy.decide(trace)
+            held = [h for h in trace.spans if h.proto is not None]
+            traces_counter, spans_counter = counters[reason]
+            traces_counter.inc()
+            if held:
+                spans_counter.inc(len(held))
+            if reason == SAMPLED_OUT:
+                continue
             if trace.judged is not None:
-                annotate(trace.spans, trace.judged)
-            spans += trace.spans
-        spans += decisions.late
-        self.submit([held for held in spans if held.proto is not None])
+                annotate(held, trace.judged)
+            spans += held
+        late: dict[str, int] = {}
+        for held_span in decisions.late:
+            if held_span.proto is None:
+                continue
+            reason = policy.decide_late(held_span.span.trace_id)
+            late[reason] = late.get(reason, 0) + 1
+            if reason != SAMPLED_OUT:
+                spans.append(held_span)
+        for reason, n in late.items():
+            counters[reason][1].inc(n)
+        self.submit(spans)
 
     def submit(self, items: Sequence[HeldSpan]) -> None:
         if not items:
@@ -261,6 +300,10 @@ class Forwarder:
         if response.status_code not in _RETRYABLE:
             return -1
         return _retry_after(response.headers.get("retry-after"))
+
+
+def _decision(reason: str) -> str:
+    return "dropped" if reason == SAMPLED_OUT else "kept"
 
 
 def _retry_after(value: str | None) -> float:

@@ -106,6 +106,20 @@ class CollectorMetrics:
             ["reason"],
             registry=registry,
         )
+        self.forward_traces = Counter(
+            "spanbudget_forward_traces",
+            "Decided traces the forwarding policy kept or dropped: kept by all (no policy),"
+            " status (in --forward-keep) or sampled; dropped sampled_out.",
+            ["decision", "reason"],
+            registry=registry,
+        )
+        self.forward_spans = Counter(
+            "spanbudget_forward_spans",
+            "Spans the forwarding policy kept (queued to send) or dropped, late spans"
+            " included, by the same reasons as spanbudget_forward_traces_total.",
+            ["decision", "reason"],
+            registry=registry,
+        )
         self.requests_rejected = Counter(
             "spanbudget_requests_rejected",
             "Intake requests answered 4xx/5xx, by reason (malformed ones count no spans).",

@@ -32,7 +32,7 @@ class Pipeline:
     they get each step: the store, the metrics, `sinks`, then the forwarder.
 
     Traces already in the store count as decided, so a straggler of a trace judged before
-    a restart is a late span, not a second judgement.
+    a restart is a late span, not a second judgement, forwarded if its trace was.
     """
 
     def __init__(
@@ -74,7 +74,10 @@ class Pipeline:
             max_queue_spans=settings.intake_queue_spans,
             clock=clock,
         )
-        self.core.remember(store.recent_trace_ids(settings.decided_memory))
+        recent = store.recent_statuses(settings.decided_memory)
+        self.core.remember(trace_id for trace_id, _ in recent)
+        if forwarder is not None:  # so that late spans of kept traces follow them
+            forwarder.policy.remember(recent)
 
     @property
     def budget(self) -> Budget:

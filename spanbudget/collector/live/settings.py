@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from spanbudget.collector.live.forward_policy import parse_keep
 from spanbudget.serving import parse_listen
 
 __all__ = ["CollectorSettings"]
@@ -61,7 +62,9 @@ class CollectorSettings(BaseSettings):
     span_retention_bytes: int = Field(default=256 * 1024 * 1024, gt=0)  # compressed bodies
     jaeger_url: str | None = None  # Jaeger's query API: spans of traces no longer kept here
 
-    # Forwarding.
+    # Forwarding. With neither of the first two set, every trace is forwarded.
+    forward_keep: str | None = None  # verdict statuses forwarded whole, e.g. "overrun,error"
+    forward_sample: float | None = Field(default=None, ge=0, le=1)  # share of the rest
     forward_queue_spans: int = Field(default=100_000, gt=0)
     forward_batch_spans: int = Field(default=2_048, gt=0)
     forward_timeout_seconds: float = Field(default=10.0, gt=0)
@@ -82,6 +85,18 @@ class CollectorSettings(BaseSettings):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError(f"must be an http(s) URL, e.g. http://127.0.0.1:4318: {value!r}")
         return value
+
+    @field_validator("forward_keep")
+    @classmethod
+    def _check_keep(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return ",".join(sorted(parse_keep(value)))
+
+    @property
+    def forward_keep_statuses(self) -> frozenset[str] | None:
+        """The `--forward-keep` set, None when not given."""
+        return None if self.forward_keep is None else parse_keep(self.forward_keep)
 
     @property
     def spans_path(self) -> Path:

@@ -157,6 +157,13 @@ class VerdictStore:
         ).fetchall()
         return [row[0] for row in reversed(rows)]
 
+    def recent_statuses(self, limit: int) -> list[tuple[str, str]]:
+        """(trace id, verdict status) of the `limit` most recently stored, oldest first."""
+        rows = self._writer.execute(
+            "SELECT trace_id, status FROM verdicts ORDER BY seq DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [(row[0], row[1]) for row in reversed(rows)]
+
     def prune(self, now: float) -> int:
         """Apply retention: drop verdicts older than the age limit and beyond the count."""
         writer = self._writer
