@@ -12,9 +12,10 @@ the eager model does; the caller then keeps the eager model.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -39,6 +40,20 @@ _INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
 class GraphUnavailable(RuntimeError):
     """The transformer could not be traced, or its graph disagrees with the eager model."""
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Freezing reads every attribute of the model, and transformers logs about some of
+    them (the unused training loss): nothing a user of the query model needs to see."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity(logging.ERROR)
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 class _LastHiddenState(torch.nn.Module):
@@ -75,7 +90,7 @@ class TracedSentenceModel:
             raise GraphUnavailable(f"unexpected model inputs: {sorted(probe)}")
         wrapped = _LastHiddenState(transformer.model, self._names).eval()
         try:
-            with torch.no_grad(), warnings.catch_warnings():
+            with torch.no_grad(), warnings.catch_warnings(), _quiet_transformers():
                 # Tracing warns about each Python branch it records; those it records are
                 # shape checks that hold for every batch (checked below on other shapes).
                 warnings.simplefilter("ignore")
