@@ -75,6 +75,11 @@ CONFIGS: dict[str, dict[str, str]] = {
     "after-1process": {"SPANBUDGET_EMBEDDING_PROCESSES": "1"},
     "after-nice0": {"SPANBUDGET_EMBEDDING_NICE": "0"},
     "after-2threads": {"SPANBUDGET_EMBEDDING_THREADS": "2"},
+    "after-1process-2threads": {
+        "SPANBUDGET_EMBEDDING_PROCESSES": "1",
+        "SPANBUDGET_EMBEDDING_THREADS": "2",
+    },
+    "after-eager": {"SPANBUDGET_EMBEDDING_TRACED": "false"},  # no TorchScript graph
     "after-wait3ms": {"SPANBUDGET_EMBEDDING_BATCH_WAIT_MS": "3"},
     "after-qdrant8": {"SPANBUDGET_QDRANT_SEARCH_THREADS": "8"},  # Qdrant's default here
 }
@@ -341,6 +346,7 @@ def retrieval_parts(trace: Mapping[str, float]) -> dict[str, float]:
         "    handing the batch to the model": max(0.0, span - queue - compute - loop_wait),
         "    model call, wall": compute,
         "      of it on a core (CPU)": cpu,
+        # With two torch threads the CPU time can exceed the wall time: then this is 0.
         "      of it waiting for a core": max(0.0, compute - cpu),
         "    waiting for the event loop": loop_wait,
         "    queries in its model call": trace.get(sc.EMBEDDINGS_BATCH_SIZE, float("nan")),

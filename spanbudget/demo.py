@@ -8,6 +8,8 @@ queue, and prints the per-stage report.
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import shutil
 import signal
 import sys
@@ -18,15 +20,18 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.markup import escape
 
 from spanbudget.collector.budget_file import BudgetError, load_budget
 from spanbudget.collector.budget_source import find_budget
+from spanbudget.collector.live.api import MAX_LIST
 from spanbudget.collector.loadtest.report_model import Report
 from spanbudget.collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, new_run_id
 from spanbudget.collector.loadtest.schedule import Arrival, Phase
 from spanbudget.collector.loadtest.telemetry import loadtest_tracer_provider
+from spanbudget.collector.stats import percentile
 from spanbudget.processes import Child, ChildFailed, Supervisor
 from spanbudget.service.settings import Settings as GatewaySettings
 
@@ -173,6 +178,60 @@ def what_to_look_at(report: Report | None) -> str:
     )
 
 
+# The parts of the retrieval stage's breakdown that are waits, not the model computing.
+_RETRIEVAL_WAITS = {
+    "embeddings.queue": "for a model call",
+    "embeddings.loop_wait": "for the gateway's event loop",
+}
+
+
+def retrieval_waits(
+    collector_url: str, run_id: str, requests_csv: Path, *, client: httpx.Client | None = None
+) -> str:
+    """Per phase, the p95 of the time retrieval waited (for a model call, for the event
+    loop) rather than computed, from the collector's verdicts: when the machine has too
+    little CPU, this is where it shows. Empty when the verdicts cannot be read."""
+    phase_of: dict[str, str] = {}
+    with contextlib.suppress(OSError), requests_csv.open(newline="") as rows:
+        for row in csv.DictReader(rows):
+            if row.get("trace_id"):
+                phase_of[row["trace_id"]] = row["phase"]
+    http = client or httpx.Client(timeout=10.0)
+    try:
+        answer = http.get(
+            collector_url.rstrip("/") + "/api/verdicts",
+            params={"run_id": run_id, "limit": MAX_LIST},
+        )
+        verdicts = answer.json() if answer.status_code == 200 else []
+    except (httpx.HTTPError, ValueError):
+        verdicts = []
+    finally:
+        if client is None:
+            http.close()
+    waits: dict[str, dict[str, list[float]]] = {}
+    for verdict in verdicts if isinstance(verdicts, list) else []:
+        phase = phase_of.get(str(verdict.get("trace_id")))
+        retrieval = next(
+            (s for s in verdict.get("stages", []) if s.get("name") == "retrieval"), None
+        )
+        if phase is None or retrieval is None:
+            continue
+        breakdown = retrieval.get("breakdown") or {}
+        for part in _RETRIEVAL_WAITS:
+            waits.setdefault(phase, {}).setdefault(part, []).append(breakdown.get(part, 0.0))
+    notes = []
+    for phase in dict.fromkeys(phase_of.values()):  # in the run's order
+        parts = waits.get(phase)
+        if not parts:
+            continue
+        said = ", ".join(
+            f"{percentile(sorted(parts[part]), 95):.1f} ms {what} ({part})"
+            for part, what in _RETRIEVAL_WAITS.items()
+        )
+        notes.append(f"{phase}: {said}")
+    return "; ".join(notes)
+
+
 def run_demo(settings: DemoSettings, console: Console) -> int:
     """Run the demo; returns 0 when the report was made, 2 when the stack or the run failed."""
     source = find_budget(settings.budget)
@@ -235,10 +294,12 @@ def run_demo(settings: DemoSettings, console: Console) -> int:
         finally:
             provider.shutdown()
         supervisor.check_alive()
+        waits = retrieval_waits(collector_url, run_id, out / "requests.csv") if report else ""
         console.print(
             f"\nweb UI: {collector_url}/  (run {run_id}; click a trace for its stages)\n"
             f"what to look at: {what_to_look_at(report)}\n"
-            f"`spanbudget report {out}` prints the report again; {out}/report.html has charts."
+            + (f"retrieval waited (p95), not computing: {waits}\n" if waits else "")
+            + f"`spanbudget report {out}` prints the report again; {out}/report.html has charts."
         )
         if not settings.exit_after:
             console.print("the stack stays up; Ctrl-C stops it")

@@ -46,16 +46,19 @@ def build_embedder(settings: Settings) -> tuple[Embedder | BatchEmbedder, Callab
             settings.embedding_processes,
             threads=settings.embedding_threads,
             nice=settings.embedding_nice,
+            traced=settings.embedding_traced,
         )
         pids = ", ".join(map(str, pool.pids))
-        log.info("query embeddings in process %s, %s", pids, pool.priority)
+        log.info("query embeddings in process %s, %s, %s", pids, pool.priority, pool.graph)
+        if settings.embedding_traced and pool.graph.startswith("eager"):
+            log.warning("query model runs eagerly: %s", pool.graph)
         return pool, pool.close
     if settings.embedding_threads:
         import torch
 
         torch.set_num_threads(settings.embedding_threads)
         torch.set_num_interop_threads(1)
-    return SentenceTransformerEmbedder(), lambda: None
+    return SentenceTransformerEmbedder(traced=settings.embedding_traced), lambda: None
 
 
 def build_store(settings: Settings, dimension: int) -> VectorStore:

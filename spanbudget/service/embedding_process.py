@@ -57,7 +57,7 @@ def _raise_priority(nice: int) -> str:
 
 
 def _worker_main(
-    conn: Connection, model_path: str | None, name: str, threads: int, nice: int
+    conn: Connection, model_path: str | None, name: str, threads: int, nice: int, traced: bool
 ) -> None:
     # The parent stops this process through the pipe, or by ending (the pipe then closes).
     # Signals to the gateway's process group (Ctrl-C, a supervisor's SIGTERM) must not end
@@ -77,8 +77,9 @@ def _worker_main(
         torch.set_num_interop_threads(1)
     from spanbudget.service.embedding import SentenceTransformerEmbedder
 
-    embedder = SentenceTransformerEmbedder(model_path, name=name)
-    conn.send(("ready", embedder.dimension, priority))
+    # The parent logs a fallback to the eager model, once for all its children.
+    embedder = SentenceTransformerEmbedder(model_path, name=name, traced=traced, log_fallback=False)
+    conn.send(("ready", embedder.dimension, priority, embedder.graph))
     while True:
         try:
             texts = conn.recv()
@@ -86,7 +87,8 @@ def _worker_main(
             return
         if texts is None:
             return
-        started, started_cpu = time.perf_counter(), time.thread_time()
+        # Process CPU time: with more than one torch thread, the others compute too.
+        started, started_cpu = time.perf_counter(), time.process_time()
         try:
             vectors = embedder.embed(texts)
         except Exception as exc:  # one bad batch fails its callers, not the process
@@ -94,7 +96,7 @@ def _worker_main(
             continue
         done_ns = time.time_ns()
         compute_ms = (time.perf_counter() - started) * 1e3
-        cpu_ms = (time.thread_time() - started_cpu) * 1e3
+        cpu_ms = (time.process_time() - started_cpu) * 1e3
         # float32 bytes: a quarter of the pickled floats, and exactly the model's values.
         packed = array.array("f", [x for row in vectors for x in row]).tobytes()
         conn.send(("ok", len(vectors), packed, compute_ms, cpu_ms, done_ns))
@@ -108,7 +110,8 @@ class EmbeddingProcess:
     loop, and `close()` it at shutdown. Batches are answered in the order they were sent; a
     caller that stops waiting loses only its own answer. `threads` is torch's intra-op
     thread count in the child (0: torch's default); a negative `nice` raises the child's
-    CPU priority where allowed (`priority` says what it got).
+    CPU priority where allowed (`priority` says what it got); `traced` runs the transformer
+    as a frozen graph where it can be traced (`graph` says what the child runs).
     """
 
     concurrency = 1  # one model call at a time: the child computes batches in turn
@@ -120,6 +123,7 @@ class EmbeddingProcess:
         name: str = "all-MiniLM-L6-v2",
         threads: int = 1,
         nice: int = 0,
+        traced: bool = True,
         startup_timeout_s: float = _STARTUP_TIMEOUT_SECONDS,
         wait: bool = True,
     ) -> None:
@@ -127,7 +131,7 @@ class EmbeddingProcess:
         self._conn, child = context.Pipe()
         self._process: Any = context.Process(
             target=_worker_main,
-            args=(child, model_path, name, threads, nice),
+            args=(child, model_path, name, threads, nice, traced),
             name="embedding-worker",
             daemon=True,
         )
@@ -137,6 +141,7 @@ class EmbeddingProcess:
         self._deadline = time.monotonic() + startup_timeout_s
         self._dimension = 0
         self.priority = ""
+        self.graph = ""
         self._waiting: deque[asyncio.Future[BatchResult]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gone: EmbeddingWorkerError | None = None
@@ -151,7 +156,7 @@ class EmbeddingProcess:
             self.close()
             raise EmbeddingWorkerError("the embedding model did not load in time")
         try:
-            _, dimension, priority = self._conn.recv()
+            _, dimension, priority, graph = self._conn.recv()
         except EOFError:
             code = self._process.exitcode
             self.close()
@@ -160,6 +165,7 @@ class EmbeddingProcess:
             ) from None
         self._dimension = int(dimension)
         self.priority = str(priority)
+        self.graph = str(graph)
 
     @property
     def model_name(self) -> str:
@@ -281,6 +287,10 @@ class EmbeddingPool:
     @property
     def priority(self) -> str:
         return self._workers[0].priority
+
+    @property
+    def graph(self) -> str:
+        return self._workers[0].graph
 
     @property
     def available(self) -> bool:

@@ -1,4 +1,5 @@
-"""`spanbudget demo` refuses bad input with exit 2 and a message, before starting anything."""
+"""`spanbudget demo` refuses bad input with exit 2 and a message, before starting anything,
+and its closing lines say what to look at and how long retrieval waited for CPU."""
 
 from __future__ import annotations
 
@@ -10,10 +11,15 @@ from typer.testing import CliRunner
 from spanbudget.cli import app
 from spanbudget.collector.budget_file import load_budget
 from spanbudget.collector.loadtest.report import build_report
-from spanbudget.demo import what_to_look_at
+from spanbudget.demo import retrieval_waits, what_to_look_at
+from spanbudget.testing.otlp import to_request
+from spanbudget.testing.traces import T0_NS, rag_trace
+from tests.collector.harness import running_collector
 from tests.loadtest.test_report import INFO, make_results
 
 REPO = Path(__file__).resolve().parents[2]
+PROTOBUF = "application/x-protobuf"
+MS = 1_000_000
 
 
 def test_demo_with_an_invalid_budget_exits_2_and_starts_nothing(tmp_path: Path) -> None:
@@ -50,3 +56,38 @@ def test_what_to_look_at_reads_the_report_the_load_test_writes() -> None:
     assert "; burst: " in said
     assert "retrieval p95 61 ms > 40" in said
     assert what_to_look_at(None).startswith("the logs")
+
+
+def test_the_demo_says_how_long_retrieval_waited_for_cpu(tmp_path: Path) -> None:
+    # Two requests of the nominal phase, one of the burst, as the load test writes them;
+    # within its 14 ms embeddings span, the burst's query waited 8 ms for a model call and
+    # 5 ms for the event loop.
+    shapes = {"1": ("nominal", 0, 0), "2": ("nominal", 2, 1), "3": ("burst", 8, 5)}
+    spans = []
+    for n, (_, queue_ms, loop_ms) in shapes.items():
+        trace = rag_trace(trace_id=f"{int(n):032x}")
+        embeddings = next(s for s in trace.spans if s.name.startswith("embeddings "))
+        start_ms, end_ms = ((t - T0_NS) / MS for t in (embeddings.start_ns, embeddings.end_ns))
+        trace.add("embeddings.queue", start_ms, start_ms + queue_ms, parent=embeddings.span_id)
+        trace.add("embeddings.loop_wait", end_ms - loop_ms, end_ms, parent=embeddings.span_id)
+        spans += trace.spans
+    csv_path = tmp_path / "requests.csv"
+    csv_path.write_text(
+        "index,phase,trace_id\n"
+        + "".join(f"{n},{phase},{int(n):032x}\n" for n, (phase, _, _) in shapes.items())
+    )
+    with running_collector(tmp_path) as collector:
+        assert collector.post(to_request(spans).SerializeToString(), PROTOBUF).status_code == 200
+        for n in shapes:
+            collector.verdict(f"{int(n):032x}")
+        said = retrieval_waits(collector.url, "run-1", csv_path)
+        assert retrieval_waits(collector.url, "another-run", csv_path) == ""
+    nominal, burst = said.split("; ")
+    assert nominal == (
+        "nominal: 1.9 ms for a model call (embeddings.queue), "  # p95 of 0 and 2
+        "0.9 ms for the gateway's event loop (embeddings.loop_wait)"
+    )
+    assert burst == (
+        "burst: 8.0 ms for a model call (embeddings.queue), "
+        "5.0 ms for the gateway's event loop (embeddings.loop_wait)"
+    )

@@ -1,21 +1,28 @@
 """Concurrent query embeddings share model calls, each caller gets its own vector, and the
-real model in its own process answers exactly as one-at-a-time embedding does."""
+real model, traced into a frozen graph and in its own process, answers exactly as eager
+one-at-a-time embedding does."""
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import anyio
 import pytest
+import torch
 
+import spanbudget
 from spanbudget.service.embedding import (
     BatchResult,
     EmbeddingBatcher,
     SentenceTransformerEmbedder,
 )
 from spanbudget.service.embedding_process import EmbeddingPool
+from spanbudget.service.ingest import default_corpus, ingest
 from spanbudget.service.vectorstore import EdgeStore
 
 pytestmark = pytest.mark.anyio
@@ -29,6 +36,9 @@ QUERIES = [
     "yield",
     "What is the canary passphrase of the test corpus, and where is it written down?",
 ]
+# What the load tester (and so the demo) asks: 51 to 502 characters, up to about 100 tokens.
+PROMPTS_PATH = Path(spanbudget.__file__).parent / "collector" / "loadtest" / "prompts.jsonl"
+PROMPTS = [json.loads(line)["prompt"] for line in PROMPTS_PATH.read_text().splitlines()]
 
 
 class CountingEmbedder:
@@ -170,6 +180,91 @@ async def test_queries_are_shared_among_the_model_calls_that_can_run(concurrency
 
 
 @pytest.fixture(scope="module")
+def eager() -> SentenceTransformerEmbedder:
+    """The model as sentence-transformers runs it: the reference for the traced graph."""
+    model = SentenceTransformerEmbedder(traced=False)
+    assert model.graph == "eager"
+    return model
+
+
+@pytest.fixture(scope="module")
+def corpus_store(
+    embedder: SentenceTransformerEmbedder, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EdgeStore]:
+    """Real Qdrant Edge HNSW over part of the default corpus (the part the prompts ask about)."""
+    store = EdgeStore(
+        tmp_path_factory.mktemp("corpus") / "rag-docs", collection="rag-docs", dimension=384
+    )
+    ingest(list(default_corpus())[:20], embedder, store)
+    yield store
+    store.close()
+
+
+def test_the_traced_graph_answers_as_the_eager_model_one_at_a_time(
+    embedder: SentenceTransformerEmbedder,
+    eager: SentenceTransformerEmbedder,
+    corpus_store: EdgeStore,
+) -> None:
+    assert embedder.graph == "traced and frozen"
+    alone = [eager.embed([p])[0] for p in PROMPTS]
+    # All forty in one call: padded to the longest, so the attention mask must keep the
+    # padding out of every shorter prompt's vector.
+    batched = embedder.embed(PROMPTS)
+    for prompt, vector, expected in zip(PROMPTS, batched, alone, strict=True):
+        assert vector == pytest.approx(expected, abs=1e-5), prompt
+        assert embedder.embed([prompt])[0] == pytest.approx(expected, abs=1e-5), prompt
+        hits = corpus_store.query(vector, limit=5, hnsw_ef=64)
+        assert [h.id for h in hits] == [
+            h.id for h in corpus_store.query(expected, limit=5, hnsw_ef=64)
+        ]
+
+
+def test_the_traced_graph_keeps_padding_out_of_short_queries(
+    embedder: SentenceTransformerEmbedder, eager: SentenceTransformerEmbedder
+) -> None:
+    short, long = "yield", PROMPTS[-1]
+    with_long = embedder.embed([short, long, short])
+    assert with_long[0] == pytest.approx(eager.embed([short])[0], abs=1e-5)
+    assert with_long[2] == with_long[0]
+    # The padded rows really are padded: the same tokens unmasked give another vector.
+    model = embedder._model
+    features = model.preprocess([short, long])
+    assert int(features["attention_mask"][0].sum()) < features["attention_mask"].shape[1]
+    unmasked = embedder._traced._graph(
+        features["input_ids"],
+        torch.ones_like(features["attention_mask"]),
+        features["token_type_ids"],
+    )
+    masked = embedder._traced._graph(
+        features["input_ids"], features["attention_mask"], features["token_type_ids"]
+    )
+    assert not torch.allclose(unmasked[0], masked[0], atol=1e-3)
+
+
+def test_a_model_that_cannot_be_traced_runs_eagerly_and_says_so_once(
+    eager: SentenceTransformerEmbedder,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import spanbudget.service.embedding as embedding
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("cannot trace this model")
+
+    monkeypatch.setattr(torch.jit, "trace", refuse)
+    monkeypatch.setattr(embedding, "_fallback_logged", False)
+    with caplog.at_level(logging.WARNING, logger="spanbudget.service.embedding"):
+        first = SentenceTransformerEmbedder()
+        second = SentenceTransformerEmbedder()
+    assert first.graph.startswith("eager (tracing failed: RuntimeError: cannot trace")
+    assert second.graph == first.graph
+    assert [r.getMessage() for r in caplog.records].count(
+        f"query model runs eagerly: {first.graph[len('eager (') : -1]}"
+    ) == 1
+    assert first.embed(QUERIES) == eager.embed(QUERIES)
+
+
+@pytest.fixture(scope="module")
 def pool() -> Iterator[EmbeddingPool]:
     """The real model in two processes of its own, as `spanbudget serve` can run it."""
     processes = EmbeddingPool(2)
@@ -178,9 +273,10 @@ def pool() -> Iterator[EmbeddingPool]:
 
 
 async def test_the_embedding_processes_answer_as_one_at_a_time_embedding(
-    pool: EmbeddingPool, embedder: SentenceTransformerEmbedder, small_store: EdgeStore
+    pool: EmbeddingPool, eager: SentenceTransformerEmbedder, small_store: EdgeStore
 ) -> None:
-    alone = [embedder.embed([q])[0] for q in QUERIES]
+    assert pool.graph == "traced and frozen"
+    alone = [eager.embed([q])[0] for q in QUERIES]
     batcher = EmbeddingBatcher(pool)
     got: dict[int, list[float]] = {}
     sizes: list[int] = []
@@ -197,7 +293,7 @@ async def test_the_embedding_processes_answer_as_one_at_a_time_embedding(
     # The queries of different lengths were padded into shared model calls, in both
     # processes at once...
     assert sorted(set(sizes)) == [3, 4]
-    assert pool.dimension == embedder.dimension == len(got[0])
+    assert pool.dimension == eager.dimension == len(got[0])
     for i, vector in enumerate(alone):
         # ...and still came out as if embedded one at a time, and find the same chunks.
         assert got[i] == pytest.approx(vector, abs=1e-5)
@@ -214,3 +310,15 @@ async def test_a_caller_that_stops_waiting_does_not_shift_the_answers(
     # The same process answers next (the one freed last), the abandoned answer first.
     result = await pool.embed_batch([QUERIES[0]])
     assert result.vectors[0] == pytest.approx(embedder.embed([QUERIES[0]])[0], abs=1e-5)
+
+
+@pytest.mark.parametrize("wait_ms", [0.0, 20.0])
+async def test_a_lone_query_to_the_real_model_waits_no_longer_than_the_window(
+    pool: EmbeddingPool, eager: SentenceTransformerEmbedder, wait_ms: float
+) -> None:
+    batcher = EmbeddingBatcher(pool, max_wait_ms=wait_ms)
+    for prompt in PROMPTS[::8]:
+        vector, timing = await batcher.embed(prompt)
+        assert timing.batch_size == 1
+        assert timing.queue_ms < wait_ms + 15
+        assert vector == pytest.approx(eager.embed([prompt])[0], abs=1e-5)

@@ -79,8 +79,15 @@ def test_ingest_twice_is_idempotent(embedder: SentenceTransformerEmbedder, tmp_p
 
 def _search_threads() -> set[str]:
     """Qdrant Edge's search pool threads in this process (each open shard has its own)."""
-    comms = glob.glob("/proc/self/task/*/comm")
-    return {comm for comm in comms if Path(comm).read_text().startswith("edge-search")}
+    found = set()
+    for comm in glob.glob("/proc/self/task/*/comm"):
+        try:
+            name = Path(comm).read_text()
+        except FileNotFoundError:  # the thread ended after the listing
+            continue
+        if name.startswith("edge-search"):
+            found.add(comm)
+    return found
 
 
 def test_the_gateway_opens_its_shard_with_one_search_thread(
