@@ -8,8 +8,6 @@ queue, and prints the per-stage report.
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import shutil
 import signal
 import sys
@@ -26,11 +24,12 @@ from rich.markup import escape
 
 from spanbudget.collector.budget_file import BudgetError, load_budget
 from spanbudget.collector.budget_source import find_budget
-from spanbudget.collector.live.api import MAX_LIST
+from spanbudget.collector.loadtest.files import read_results
 from spanbudget.collector.loadtest.report_model import Report
 from spanbudget.collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, new_run_id
 from spanbudget.collector.loadtest.schedule import Arrival, Phase
 from spanbudget.collector.loadtest.telemetry import loadtest_tracer_provider
+from spanbudget.collector.loadtest.verdicts import CollectorUnavailable, wait_for_verdicts
 from spanbudget.collector.stats import percentile
 from spanbudget.processes import Child, ChildFailed, Supervisor
 from spanbudget.service.settings import Settings as GatewaySettings
@@ -190,37 +189,27 @@ def retrieval_waits(
 ) -> str:
     """Per phase, the p95 of the time retrieval waited (for a model call, for the event
     loop) rather than computed, from the collector's verdicts: when the machine has too
-    little CPU, this is where it shows. Empty when the verdicts cannot be read."""
-    phase_of: dict[str, str] = {}
-    with contextlib.suppress(OSError), requests_csv.open(newline="") as rows:
-        for row in csv.DictReader(rows):
-            if row.get("trace_id"):
-                phase_of[row["trace_id"]] = row["phase"]
-    http = client or httpx.Client(timeout=10.0)
+    little CPU, this is where it shows. Empty when the run's files or verdicts cannot be
+    read."""
     try:
-        answer = http.get(
-            collector_url.rstrip("/") + "/api/verdicts",
-            params={"run_id": run_id, "limit": MAX_LIST},
-        )
-        verdicts = answer.json() if answer.status_code == 200 else []
-    except (httpx.HTTPError, ValueError):
-        verdicts = []
-    finally:
-        if client is None:
-            http.close()
+        records = [result.request for result in read_results(requests_csv)]
+    except (OSError, ValueError):
+        return ""
+    phase_of = {record.trace_id: record.phase for record in records if record.trace_id}
+    try:  # what has arrived: the report was made after waiting for the verdicts
+        verdicts = wait_for_verdicts(collector_url, run_id, phase_of, timeout_s=0.0, client=client)
+    except CollectorUnavailable:
+        return ""
     waits: dict[str, dict[str, list[float]]] = {}
-    for verdict in verdicts if isinstance(verdicts, list) else []:
-        phase = phase_of.get(str(verdict.get("trace_id")))
-        retrieval = next(
-            (s for s in verdict.get("stages", []) if s.get("name") == "retrieval"), None
-        )
-        if phase is None or retrieval is None:
+    for trace_id, verdict in verdicts.items():
+        retrieval = next((s for s in verdict.stages if s.name == "retrieval"), None)
+        if retrieval is None:
             continue
-        breakdown = retrieval.get("breakdown") or {}
+        phase_waits = waits.setdefault(phase_of[trace_id], {})
         for part in _RETRIEVAL_WAITS:
-            waits.setdefault(phase, {}).setdefault(part, []).append(breakdown.get(part, 0.0))
+            phase_waits.setdefault(part, []).append(retrieval.breakdown.get(part, 0.0))
     notes = []
-    for phase in dict.fromkeys(phase_of.values()):  # in the run's order
+    for phase in dict.fromkeys(record.phase for record in records):  # in the run's order
         parts = waits.get(phase)
         if not parts:
             continue

@@ -10,6 +10,9 @@ from typer.testing import CliRunner
 
 from spanbudget.cli import app
 from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.loadtest.client import RequestRecord
+from spanbudget.collector.loadtest.files import write_results
+from spanbudget.collector.loadtest.records import RequestResult
 from spanbudget.collector.loadtest.report import build_report
 from spanbudget.demo import retrieval_waits, what_to_look_at
 from spanbudget.testing.otlp import to_request
@@ -72,10 +75,11 @@ def test_the_demo_says_how_long_retrieval_waited_for_cpu(tmp_path: Path) -> None
         trace.add("embeddings.loop_wait", end_ms - loop_ms, end_ms, parent=embeddings.span_id)
         spans += trace.spans
     csv_path = tmp_path / "requests.csv"
-    csv_path.write_text(
-        "index,phase,trace_id\n"
-        + "".join(f"{n},{phase},{int(n):032x}\n" for n, (phase, _, _) in shapes.items())
-    )
+    records = [
+        RequestResult(RequestRecord(int(n), phase, 0.0, trace_id=f"{int(n):032x}"))
+        for n, (phase, _, _) in shapes.items()
+    ]
+    write_results(csv_path, load_budget(REPO / "budget.yaml").budget.stage_names(), records)
     with running_collector(tmp_path) as collector:
         assert collector.post(to_request(spans).SerializeToString(), PROTOBUF).status_code == 200
         for n in shapes:
