@@ -25,6 +25,7 @@ __all__ = [
     "Selector",
     "Stage",
     "WhenAbsent",
+    "attr_text",
     "compile_glob",
 ]
 
@@ -75,7 +76,7 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z", re.DOTALL)
 
 
-def _attr_key(value: AttrValue | object) -> str:
+def attr_text(value: AttrValue | object) -> str:
     """Compare attribute values as text, so `500` in YAML matches an int or a string 500."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -108,7 +109,7 @@ class Selector:
         accepted: dict[str, frozenset[str]] = {}
         for key, values in (attributes or {}).items():
             items = values if isinstance(values, list) else [values]
-            accepted[key] = frozenset(_attr_key(v) for v in items)
+            accepted[key] = frozenset(attr_text(v) for v in items)
         return cls(
             name=name,
             kind=kind,
@@ -132,7 +133,7 @@ class Selector:
     def matches_attributes(self, attributes: Mapping[str, AttrValue]) -> bool:
         for key, accepted in self.attributes.items():
             value = attributes.get(key)
-            if value is None or _attr_key(value) not in accepted:
+            if value is None or attr_text(value) not in accepted:
                 return False
         return True
 

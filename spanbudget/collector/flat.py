@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from spanbudget.collector.budget import Selector
+from spanbudget.collector.budget import Selector, attr_text
 from spanbudget.collector.semconv import (
     VLLM_LATENCY_PREFILL,
     VLLM_LATENCY_QUEUE,
@@ -34,13 +34,6 @@ _PHASES = ("vllm.frontend", "vllm.queue", "vllm.prefill", "vllm.decode")
 # selectors still in play, in file order: (stage, ((attribute, accepted texts), ...)).
 _Checks = tuple[tuple[str, frozenset[str]], ...]
 _Decision = str | tuple[tuple[str, _Checks], ...]
-
-
-def _attr_text(value: AttrValue) -> str:
-    """`budget._attr_key`: YAML's `500` matches an int or a string 500."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 class StageTable:
@@ -113,7 +106,7 @@ def _resolve(left: tuple[tuple[str, _Checks], ...], attributes: Mapping[str, Att
             if value is None:
                 break
             if value.__class__ is not str:
-                value = _attr_text(value)
+                value = attr_text(value)
             if value not in accepted:
                 break
         else:
