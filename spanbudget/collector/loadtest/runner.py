@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import httpx
 from opentelemetry import trace
 
+from spanbudget.collector.live.gc_settings import few_collections
 from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord, send_chat
 
 __all__ = ["Progress", "RunSettings", "run_requests"]
@@ -38,26 +37,6 @@ class Progress:
 
 
 _SPIN_S = 0.0015
-# While a run sends, collect cycles rarely, with what existed before the run frozen out of
-# the collector's sight: a full collection would stall the dispatcher for milliseconds.
-_YOUNG_THRESHOLD = 50_000
-
-
-@contextlib.contextmanager
-def _steady_runtime() -> Iterator[None]:
-    """Interpreter settings that keep the dispatcher on time; restored afterwards."""
-    thresholds = gc.get_threshold()
-    frozen_before = gc.get_freeze_count() > 0  # someone froze already: leave it to them
-    if not frozen_before:
-        gc.collect()
-        gc.freeze()
-    gc.set_threshold(_YOUNG_THRESHOLD, *thresholds[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-        if not frozen_before:
-            gc.unfreeze()
 
 
 async def _sleep_until(due: float) -> None:
@@ -92,7 +71,7 @@ async def run_requests(
     limits = httpx.Limits(max_connections=settings.max_concurrency, max_keepalive_connections=64)
     timeout = httpx.Timeout(settings.timeout_s, connect=10.0)
     records: list[RequestRecord] = []
-    with _steady_runtime():
+    with few_collections():
         async with httpx.AsyncClient(limits=limits, timeout=timeout, transport=transport) as client:
             start = time.perf_counter()
 
