@@ -8,10 +8,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from starlette.types import Receive, Scope, Send
 
 from spanbudget.collector.loadtest.client import ChatRequest
 from spanbudget.collector.loadtest.runner import RunSettings, run_requests
 from spanbudget.collector.loadtest.schedule import Arrival, Phase, build_schedule
+from spanbudget.testing.servers import ServerThread
 from spanbudget.testing.sse_server import Stall, serve, sse_app
 
 
@@ -68,3 +70,22 @@ def test_schedule_is_fixed_and_reproducible() -> None:
     assert 25 <= len(burst) <= 80
     constant = build_schedule([Phase("c", 4, requests=5)], Arrival.CONSTANT)
     assert [t for t, _ in constant] == [0.0, 0.25, 0.5, 0.75, 1.0]
+
+
+def test_requests_one_after_another_share_one_connection() -> None:
+    """Each stream is read to its end, so its connection goes back to the pool: a new TCP
+    handshake per request would land in every request's time to first token."""
+    clients: set[tuple[str, int]] = set()
+    app = sse_app(Stall())
+
+    async def counting(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("client"):
+            clients.add(tuple(scope["client"]))
+        await app(scope, receive, send)
+
+    requests = [ChatRequest(i, "main", i * 0.02, "hi", 4) for i in range(20)]
+    with ServerThread(counting) as server:
+        settings = RunSettings(f"{server.url}/v1/chat/completions", "m", "run-keepalive")
+        records = asyncio.run(run_requests(requests, settings, TracerProvider().get_tracer("t")))
+    assert all(r.ok for r in records), [r.error for r in records if not r.ok]
+    assert len(clients) == 1, sorted(clients)

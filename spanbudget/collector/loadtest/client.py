@@ -7,13 +7,16 @@ out as W3C `traceparent`/`baggage`, so the verdict of the whole trace can be joi
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from httpx_sse import aconnect_sse
+from httpx_sse import ServerSentEvent, SSEError, aconnect_sse
 from opentelemetry import trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.trace import SpanKind, StatusCode
@@ -27,6 +30,7 @@ __all__ = ["ChatRequest", "RequestRecord", "send_chat"]
 
 _TRACECONTEXT = TraceContextTextMapPropagator()
 _BAGGAGE = W3CBaggagePropagator()
+_DRAIN_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,16 @@ def _content(chunk: dict[str, Any]) -> str:
         if delta.get("content"):
             return str(delta["content"])
     return ""
+
+
+async def _read_to_end(events: AsyncIterator[ServerSentEvent]) -> None:
+    """Read what follows `[DONE]` (the body's end, nothing more from a well-behaved server)
+    for at most `_DRAIN_S`: a response closed unread takes its connection with it, and
+    the next request pays a new TCP handshake in the generator's own loop."""
+    with contextlib.suppress(TimeoutError, httpx.HTTPError, SSEError):
+        async with asyncio.timeout(_DRAIN_S):
+            async for _ in events:
+                pass
 
 
 async def send_chat(
@@ -125,8 +139,10 @@ async def send_chat(
                 await source.response.aread()
                 record.error = f"HTTP {record.status_code}: {source.response.text[:200]}"
             else:
-                async for event in source.aiter_sse():
+                events = source.aiter_sse()
+                async for event in events:
                     if event.data == "[DONE]":
+                        await _read_to_end(events)
                         break
                     chunk = json.loads(event.data)
                     if "error" in chunk:
