@@ -11,9 +11,11 @@ from datetime import datetime
 
 from spanbudget.collector.attribution import Node, Tree, assemble, attribute_window
 from spanbudget.collector.budget import Budget, FirstTokenMark, Selector, WhenAbsent
-from spanbudget.collector.flat import Flat, StageTable, attribute_flat, first_token_flat, flatten
+from spanbudget.collector.flat import Flat, attribute_flat, first_token_flat, flatten
 from spanbudget.collector.semconv import LOADTEST_PREFIX
 from spanbudget.collector.spans import AttrValue, Span
+from spanbudget.collector.stage_table import StageTable
+from spanbudget.collector.verdict import SEVERITY as _SEVERITY
 from spanbudget.collector.verdict import StageResult, Status, Verdict
 from spanbudget.semconv import GEN_AI_REQUEST_MODEL
 
@@ -21,6 +23,12 @@ __all__ = ["Evaluator", "Judged", "evaluate", "first_token_ns"]
 
 _NS_PER_MS = 1_000_000
 _UNIT_NS = 10_000  # verdict times are rounded to 0.01 ms
+# Enum members read through the class cost a metaclass look-up each; the hot path reads
+# these module constants instead.
+_OK, _WARN, _OVERRUN = Status.OK, Status.WARN, Status.OVERRUN
+_ABSENT, _UNMEASURED = Status.ABSENT, Status.UNMEASURED
+_ERROR, _INCOMPLETE = Status.ERROR, Status.INCOMPLETE
+_UNMEASURED_WHEN_ABSENT = WhenAbsent.UNMEASURED
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,33 +265,31 @@ class Evaluator:
                 results.append(
                     StageResult(stage.name, ms, stage.target_ms, stage.limit_ms, status, breakdown)
                 )
-            elif stage.when_absent is WhenAbsent.UNMEASURED:
+            elif stage.when_absent is _UNMEASURED_WHEN_ABSENT:
                 total_target -= stage.target_ms
                 total_limit -= stage.limit_ms
                 results.append(
-                    StageResult(
-                        stage.name, None, stage.target_ms, stage.limit_ms, Status.UNMEASURED
-                    )
+                    StageResult(stage.name, None, stage.target_ms, stage.limit_ms, _UNMEASURED)
                 )
             else:
                 results.append(
-                    StageResult(stage.name, 0.0, stage.target_ms, stage.limit_ms, Status.ABSENT)
+                    StageResult(stage.name, 0.0, stage.target_ms, stage.limit_ms, _ABSENT)
                 )
 
         ttft_ms = _round_ms(window_end - window_start) if first_token is not None else None
         if ttft_ms is None:
-            total_status = Status.INCOMPLETE
+            total_status = _INCOMPLETE
             overrun_ms = 0.0
         else:
             total_status = _band(ttft_ms, total_target, total_limit)
             overrun_ms = round(max(0.0, ttft_ms - total_limit), 2)
 
         if error:
-            status = Status.ERROR
+            status = _ERROR
         elif ttft_ms is None:
-            status = Status.INCOMPLETE
+            status = _INCOMPLETE
         else:
-            status = max([total_status, *(r.status for r in results)], key=_severity)
+            status = max([total_status, *(r.status for r in results)], key=_SEVERITY.__getitem__)
 
         return Verdict(  # positional: the fields in their order, as the class lists them
             trace_id,
@@ -308,14 +314,10 @@ def evaluate(spans: Sequence[Span], budget: Budget, *, evaluated_at: datetime) -
     return Evaluator(budget).evaluate(spans, evaluated_at=evaluated_at)
 
 
-def _severity(status: Status) -> int:
-    return status.severity
-
-
 def _band(ms: float, target: float, limit: float) -> Status:
     if ms <= target:
-        return Status.OK
-    return Status.WARN if ms <= limit else Status.OVERRUN
+        return _OK
+    return _WARN if ms <= limit else _OVERRUN
 
 
 def _round_ms(ns: int) -> float:
@@ -427,11 +429,11 @@ def _blame(results: Sequence[StageResult], total: Status) -> tuple[str, ...]:
     over_limit = [
         (r.ms - r.limit_ms, i, r.name)
         for i, r in enumerate(results)
-        if r.ms is not None and r.status is Status.OVERRUN
+        if r.ms is not None and r.status is _OVERRUN
     ]
     if over_limit:
         return tuple(name for _, _, name in sorted(over_limit, key=lambda t: (-t[0], t[1])))
-    if total is Status.OVERRUN:
+    if total is _OVERRUN:
         over_target = [
             (r.ms - r.target_ms, i, r.name)
             for i, r in enumerate(results)

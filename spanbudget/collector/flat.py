@@ -10,9 +10,9 @@ hold the two paths to identical verdicts (tests/core/test_fast_path.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
-from spanbudget.collector.budget import Selector, attr_text
+from spanbudget.collector.budget import Selector
 from spanbudget.collector.semconv import (
     VLLM_LATENCY_PREFILL,
     VLLM_LATENCY_QUEUE,
@@ -20,105 +20,19 @@ from spanbudget.collector.semconv import (
     VLLM_REQUEST_SPAN,
 )
 from spanbudget.collector.spans import AttrValue, Span, SpanKind
+from spanbudget.collector.stage_table import PHASES, StageTable, Walk, resolve
 
-__all__ = ["Flat", "StageTable", "attribute_flat", "first_token_flat", "flatten"]
+__all__ = ["Flat", "attribute_flat", "first_token_flat", "flatten"]
 
 _NS_PER_S = 1_000_000_000
 _INTERNAL, _PRODUCER, _CONSUMER = SpanKind.INTERNAL, SpanKind.PRODUCER, SpanKind.CONSUMER
-_NO_ATTRIBUTES: Mapping[str, AttrValue] = {}
-_MEMO_LIMIT = 4096
 _LEAF: list[int] = []  # shared, never changed
-_PHASES = ("vllm.frontend", "vllm.queue", "vllm.prefill", "vllm.decode")
-
-# A shape's decision: a stage name ("" for none) when the shape alone decides it, else the
-# selectors still in play, in file order: (stage, ((attribute, accepted texts), ...)).
-_Checks = tuple[tuple[str, frozenset[str]], ...]
-_Decision = str | tuple[tuple[str, _Checks], ...]
-
-
-class StageTable:
-    """A budget's stage selectors compiled once: each span shape (name, kind, service,
-    root-ness) is resolved against the selectors once, and only the attributes its
-    remaining selectors read are looked at per span after that."""
-
-    __slots__ = ("_flat", "_phases", "memo")
-
-    def __init__(self, flat: Sequence[tuple[str, Selector]]) -> None:
-        self._flat = tuple(flat)
-        self.memo: dict[tuple[str, SpanKind, str, bool], _Decision] = {}
-        self._phases: dict[str, tuple[str, ...]] = {}
-
-    def phases(self, service: str) -> tuple[str, ...]:
-        """The stages ("" for none) of vLLM's phase nodes (internal, no attributes) of
-        `service`, in `_PHASES` order."""
-        stages = self._phases.get(service)
-        if stages is None:
-            if len(self._phases) >= _MEMO_LIMIT:
-                self._phases.clear()
-            stages = self._phases[service] = tuple(
-                self.stage(name, _INTERNAL, service, _NO_ATTRIBUTES, False) for name in _PHASES
-            )
-        return stages
-
-    def stage(
-        self,
-        name: str,
-        kind: SpanKind,
-        service: str,
-        attributes: Mapping[str, AttrValue],
-        is_root: bool,
-    ) -> str:
-        """The first stage (file order) with a matching selector, or ""."""
-        key = (name, kind, service, is_root)
-        decision = self.memo.get(key)
-        if decision is None:
-            decision = self._compile(key)
-        if decision.__class__ is str:
-            return decision
-        return _resolve(decision, attributes)  # type: ignore[arg-type]
-
-    def _compile(self, key: tuple[str, SpanKind, str, bool]) -> _Decision:
-        name, kind, service, is_root = key
-        left: list[tuple[str, _Checks]] = []
-        for stage, sel in self._flat:
-            if sel.matches_shape(name, kind, service, is_root):
-                left.append((stage, tuple(sel.attributes.items())))
-                if not sel.attributes:
-                    break  # it always matches: no later selector is ever reached
-        decision: _Decision
-        if not left:
-            decision = ""
-        elif not left[0][1]:
-            decision = left[0][0]
-        else:
-            decision = tuple(left)
-        if len(self.memo) >= _MEMO_LIMIT:
-            self.memo.clear()
-        self.memo[key] = decision
-        return decision
-
-
-def _resolve(left: tuple[tuple[str, _Checks], ...], attributes: Mapping[str, AttrValue]) -> str:
-    get = attributes.get
-    for stage, checks in left:
-        for key, accepted in checks:
-            value = get(key)
-            if value is None:
-                break
-            if value.__class__ is not str:
-                value = attr_text(value)
-            if value not in accepted:
-                break
-        else:
-            return stage
-    return ""
 
 
 class Flat:
     """One assembled trace as arrays (see the module's docstring)."""
 
     __slots__ = (
-        "by_id",
         "depth",
         "end",
         "ids",
@@ -133,8 +47,7 @@ class Flat:
         "start",
     )
 
-    def __init__(self, by_id: dict[str, Span]) -> None:
-        self.by_id = by_id
+    def __init__(self) -> None:
         self.spans: list[Span | None] = []
         self.ids: list[str] = []
         self.start: list[int] = []
@@ -156,43 +69,94 @@ class Flat:
 def flatten(spans: Sequence[Span], table: StageTable) -> Flat | None:
     """Assemble one trace as `attribution.assemble` does, classifying each node with
     `table`; None when it has no spans or some sit in a parent cycle (use the tree)."""
-    by_id = {span.span_id: span for span in spans}
-    if len(by_id) != len(spans):  # duplicates count once, the first copy
-        by_id = {}
-        for span in spans:
-            if span.span_id not in by_id:
-                by_id[span.span_id] = span
-    if not by_id:
-        return None
-    children: dict[str, list[Span]] = {}
-    parentless: list[Span] = []
-    for span in by_id.values():
-        parent_id = span.parent_span_id
-        if parent_id is None or parent_id not in by_id or parent_id == span.span_id:
-            parentless.append(span)
-        else:
-            siblings = children.get(parent_id)
-            if siblings is None:
-                children[parent_id] = [span]
-            else:
-                siblings.append(span)
-    if not parentless:
-        return None
-    if len(parentless) == 1:
-        root_span = parentless[0]
-        top = children.get(root_span.span_id, [])
+    shape = _shape(spans)
+    if shape is None:
+        walk = _walk(spans, table)[0]
     else:
-        root_span = min(parentless, key=lambda s: (s.start_ns, -s.end_ns, s.span_id))
-        top = children.get(root_span.span_id, []) + [s for s in parentless if s is not root_span]
+        walk = table.walks.get(shape, _UNSEEN)
+        if walk is _UNSEEN:
+            walk, fixed = _walk(spans, table)
+            table.remember(shape, walk if fixed else None)
+        elif walk is None:
+            walk = _walk(spans, table)[0]
+    return None if walk is None else _run(spans, walk, table)
 
-    flat = Flat(by_id)
+
+_UNSEEN = Walk((), (), ())
+
+
+def _shape(spans: Sequence[Span]) -> Hashable | None:
+    """What the walk over `spans` depends on when one span is the root: each span's name,
+    kind, service and its parent's position (-1 for none). None when ids repeat."""
+    positions = {span.span_id: i for i, span in enumerate(spans)}
+    if len(positions) != len(spans):
+        return None
+    get = positions.get
+    return tuple([(s.name, s.kind, s.service, get(s.parent_span_id, -1)) for s in spans])  # type: ignore[arg-type]
+
+
+def _walk(spans: Sequence[Span], table: StageTable) -> tuple[Walk | None, bool]:
+    """The depth-first walk from the root, with whether it follows from the trace's shape
+    alone (one parentless span); None for no spans or spans in a parent cycle.
+
+    A repeated span id counts once, its first copy; a span whose parent is absent or
+    itself is parentless; with several parentless spans the earliest (longest, then
+    lowest id) is the root and adopts the others after its own children.
+    """
+    first: dict[str, int] = {}
+    for i, span in enumerate(spans):
+        first.setdefault(span.span_id, i)
+    children: dict[int, list[int]] = {}
+    parentless: list[int] = []
+    for i in first.values():
+        parent_id = spans[i].parent_span_id
+        parent = None if parent_id is None else first.get(parent_id)
+        if parent is None or parent == i:
+            parentless.append(i)
+        else:
+            children.setdefault(parent, []).append(i)
+    if not parentless:
+        return None, True
+    if len(parentless) == 1:
+        root = parentless[0]
+        top = children.get(root, [])
+    else:
+        root = min(
+            parentless, key=lambda i: (spans[i].start_ns, -spans[i].end_ns, spans[i].span_id)
+        )
+        top = children.get(root, []) + [i for i in parentless if i != root]
+    span = spans[root]
+    positions, parents = [root], [-1]
+    decisions = [table.decision(span.name, span.kind, span.service, True)]
+    stack = [(root, kid) for kid in reversed(top)]
+    while stack:
+        parent, i = stack.pop()
+        span = spans[i]
+        positions.append(i)
+        parents.append(parent)
+        decisions.append(table.decision(span.name, span.kind, span.service, False))
+        below = children.get(i)
+        if below is not None:
+            stack.extend([(i, kid) for kid in reversed(below)])
+    if len(positions) != len(first):
+        return None, True  # spans caught in a parent cycle: the tree adopts them
+    return Walk(positions, parents, decisions), len(parentless) == 1
+
+
+def _run(spans: Sequence[Span], walk: Walk, table: StageTable) -> Flat:
+    """Fill the arrays along `walk`: shift spans of another service that stick out of
+    their parent back inside it (clock skew; their descendants move with them), classify
+    each node (a node with no stage of its own takes its parent's) and add vLLM's phases."""
+    flat = Flat()
     nodes, ids, starts, ends = flat.spans, flat.ids, flat.start, flat.end
     depths, kids, stages, matched = flat.depth, flat.kids, flat.stage, flat.matched
-    memo_get = table.memo.get
-    classify = table.stage
-    resolve = _resolve
+    positions, parents, decisions = walk.positions, walk.parents, walk.decisions
+    node_of = [0] * len(spans)  # by position: the node index, and the shift it carries
+    offset_of = [0] * len(spans)
 
-    own = classify(root_span.name, root_span.kind, root_span.service, root_span.attributes, True)
+    root_span = spans[positions[0]]
+    decision = decisions[0]
+    own = decision if decision.__class__ is str else resolve(decision, root_span.attributes)  # type: ignore[arg-type]
     if own:
         matched.add(own)
     nodes.append(root_span)
@@ -207,15 +171,15 @@ def flatten(spans: Sequence[Span], table: StageTable) -> Flat | None:
     skew = 0
     add_node, add_id, add_start, add_end = nodes.append, ids.append, starts.append, ends.append
     add_depth, add_kids, add_stage = depths.append, kids.append, stages.append
-    stack = [(0, kid, 0) for kid in reversed(top)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        parent, span, offset = pop()
+    for n in range(1, len(positions)):
+        position, span = positions[n], spans[positions[n]]
+        parent_position = parents[n]
+        parent = node_of[parent_position]
+        offset = offset_of[parent_position]
         start = span.start_ns + offset
         end = span.end_ns + offset
-        service = span.service
         parent_start, parent_end = starts[parent], ends[parent]
-        if (start < parent_start or end > parent_end) and service != nodes[parent].service:  # type: ignore[union-attr]
+        if (start < parent_start or end > parent_end) and span.service != nodes[parent].service:  # type: ignore[union-attr]
             duration = end - start
             parent_duration = parent_end - parent_start
             if duration >= parent_duration:
@@ -226,17 +190,13 @@ def flatten(spans: Sequence[Span], table: StageTable) -> Flat | None:
             end += shift
             offset += shift
             skew += abs(shift)
-        name, kind = span.name, span.kind
-        decision = memo_get((name, kind, service, False))
-        if decision.__class__ is str:
-            own = decision
-        elif decision is None:
-            own = classify(name, kind, service, span.attributes, False)
-        else:
-            own = resolve(decision, span.attributes)  # type: ignore[arg-type]
+        decision = decisions[n]
+        own = decision if decision.__class__ is str else resolve(decision, span.attributes)  # type: ignore[arg-type]
         if own:
             matched.add(own)
         index = len(ids)
+        node_of[position] = index
+        offset_of[position] = offset
         add_node(span)
         add_id(span.span_id)
         add_start(start)
@@ -245,14 +205,8 @@ def flatten(spans: Sequence[Span], table: StageTable) -> Flat | None:
         add_kids([])
         add_stage(own or stages[parent])
         kids[parent].append(index)
-        if name == VLLM_REQUEST_SPAN:
+        if span.name == VLLM_REQUEST_SPAN:
             _add_phases(flat, index, table)
-        below = children.get(span.span_id)
-        if below is not None:
-            for kid in reversed(below):
-                push((index, kid, offset))
-    if len(ids) - len(flat.phases) != len(by_id):
-        return None  # spans caught in a parent cycle: the tree adopts them
     flat.skew_ns = skew
     return flat
 
@@ -292,7 +246,7 @@ def _add_phases(flat: Flat, index: int, table: StageTable) -> None:
             if stage:
                 matched.add(stage)
             child = len(ids)
-            name = _PHASES[n]
+            name = PHASES[n]
             phases[child] = name
             flat.spans.append(None)
             ids.append(f"{span_id}:{name}")

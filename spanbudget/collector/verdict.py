@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["StageResult", "Status", "Verdict"]
+__all__ = ["SEVERITY", "StageResult", "Status", "Verdict"]
 
 
 class Status(enum.Enum):
@@ -29,10 +29,10 @@ class Status(enum.Enum):
     @property
     def severity(self) -> int:
         """Order for "worst of": absent and unmeasured count as ok."""
-        return _SEVERITY[self]
+        return SEVERITY[self]
 
 
-_SEVERITY = {
+SEVERITY = {
     Status.OK: 0,
     Status.ABSENT: 0,
     Status.UNMEASURED: 0,

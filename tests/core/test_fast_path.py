@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from spanbudget.collector.budget import Budget
 from spanbudget.collector.budget_file import load_budget, load_preset
 from spanbudget.collector.evaluate import Evaluator, Judged
-from spanbudget.collector.flat import StageTable, flatten
+from spanbudget.collector.flat import flatten
 from spanbudget.collector.readers import parse_traces
 from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind, group_by_trace
+from spanbudget.collector.stage_table import StageTable
 from spanbudget.testing.traces import rag_trace
 from tests.core.test_attribution_properties import BUDGET, NOW, span_trees
 
