@@ -85,6 +85,34 @@ def test_same_judgement_under_every_preset(spans: list[Span], preset: str) -> No
     assert_same(Evaluator(load_preset(preset).budget), spans)
 
 
+@pytest.mark.parametrize("field", ["name", "kind", "service", "parent_span_id"])
+def test_a_kept_walk_is_not_reused_for_a_trace_of_another_shape(field: str) -> None:
+    """The walk kept per trace shape tells traces apart by each span's name, kind,
+    service and parent: a trace that differs from one already judged in that field alone,
+    in a way that changes a span's stage, is judged as a new evaluator judges it."""
+    spans = rag_trace(trace_id="0" * 32, retrieval=30, prefill=40, queue=5).spans
+    values: dict[str, list[object]] = {
+        "name": ["renamed"],
+        "kind": list(SpanKind),
+        "service": ["elsewhere"],
+        "parent_span_id": [s.span_id for s in spans],
+    }
+    first = Evaluator(BUDGET).judge(spans, evaluated_at=NOW)
+    for i, span in enumerate(spans[1:], start=1):
+        for value in values[field]:
+            if value == getattr(span, field) or value == span.span_id:
+                continue
+            other = [*spans[:i], dataclasses.replace(span, **{field: value}), *spans[i + 1 :]]
+            fresh = Evaluator(BUDGET).judge(other, evaluated_at=NOW)
+            if fresh is None or first is None or fresh.span_stages == first.span_stages:
+                continue  # the walk holds the spans' stages: only such a change tells
+            warm = Evaluator(BUDGET)
+            warm.judge(spans, evaluated_at=NOW)
+            assert warm.judge(other, evaluated_at=NOW) == fresh
+            return
+    pytest.fail(f"no change of {field} alone changes a span's stage")
+
+
 def test_a_long_lived_evaluator_judges_as_a_new_one() -> None:
     """The compiled selector memo carries nothing from one trace into the next."""
     warm = Evaluator(BUDGET)
