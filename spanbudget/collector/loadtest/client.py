@@ -7,16 +7,13 @@ out as W3C `traceparent`/`baggage`, so the verdict of the whole trace can be joi
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from httpx_sse import ServerSentEvent, SSEError, aconnect_sse
+from httpx_sse import aconnect_sse
 from opentelemetry import trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.trace import SpanKind, StatusCode
@@ -25,12 +22,12 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from spanbudget import semconv as sc
 from spanbudget.collector.semconv import LOADTEST_PHASE, LOADTEST_REQUEST_INDEX, LOADTEST_RUN_ID
 from spanbudget.collector.stats import percentile
+from spanbudget.connections import read_to_end
 
 __all__ = ["ChatRequest", "RequestRecord", "send_chat"]
 
 _TRACECONTEXT = TraceContextTextMapPropagator()
 _BAGGAGE = W3CBaggagePropagator()
-_DRAIN_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,16 +71,6 @@ def _content(chunk: dict[str, Any]) -> str:
         if delta.get("content"):
             return str(delta["content"])
     return ""
-
-
-async def _read_to_end(events: AsyncIterator[ServerSentEvent]) -> None:
-    """Read what follows `[DONE]` (the body's end, nothing more from a well-behaved server)
-    for at most `_DRAIN_S`: a response closed unread takes its connection with it, and
-    the next request pays a new TCP handshake in the generator's own loop."""
-    with contextlib.suppress(TimeoutError, httpx.HTTPError, SSEError):
-        async with asyncio.timeout(_DRAIN_S):
-            async for _ in events:
-                pass
 
 
 async def send_chat(
@@ -142,7 +129,7 @@ async def send_chat(
                 events = source.aiter_sse()
                 async for event in events:
                     if event.data == "[DONE]":
-                        await _read_to_end(events)
+                        await read_to_end(events)  # keeps the connection for the next request
                         break
                     chunk = json.loads(event.data)
                     if "error" in chunk:

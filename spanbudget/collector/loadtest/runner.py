@@ -10,8 +10,9 @@ from dataclasses import dataclass
 import httpx
 from opentelemetry import trace
 
-from spanbudget.collector.live.gc_settings import few_collections
 from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord, send_chat
+from spanbudget.collector.loadtest.idle_gc import IdleCollections
+from spanbudget.connections import LendingTransport
 
 __all__ = ["Progress", "RunSettings", "run_requests"]
 
@@ -68,11 +69,11 @@ async def run_requests(
     """
     progress = progress or Progress(len(requests))
     slots = asyncio.Semaphore(settings.max_concurrency)
-    limits = httpx.Limits(max_connections=settings.max_concurrency, max_keepalive_connections=64)
     timeout = httpx.Timeout(settings.timeout_s, connect=10.0)
     records: list[RequestRecord] = []
-    with few_collections():
-        async with httpx.AsyncClient(limits=limits, timeout=timeout, transport=transport) as client:
+    with IdleCollections() as collections:
+        transport = transport or LendingTransport(settings.max_concurrency)
+        async with httpx.AsyncClient(timeout=timeout, transport=transport) as client:
             start = time.perf_counter()
 
             async def one(request: ChatRequest) -> None:
@@ -97,6 +98,7 @@ async def run_requests(
             tasks: list[asyncio.Task[None]] = []
             for request in sorted(requests, key=lambda r: r.scheduled_s):
                 due = start + request.scheduled_s
+                collections.idle(due - time.perf_counter())
                 await _sleep_until(due)
                 tasks.append(asyncio.create_task(one(request)))
             await asyncio.gather(*tasks)
