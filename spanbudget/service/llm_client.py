@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from httpx_sse import EventSource, SSEError
+from httpx_sse import EventSource, ServerSentEvent, SSEError
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.instrumentation.utils import suppress_http_instrumentation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider, use_span
 
 from spanbudget import semconv as shared
+from spanbudget.connections import LendingTransport, read_to_end
 from spanbudget.service import semconv as sc
 
 __all__ = ["ChatStream", "LLMClient", "StreamEvent", "UpstreamError"]
@@ -67,6 +68,7 @@ class ChatStream:
         self._started = started
         self._summary = _Summary()
         self._ended = False
+        self._after_done: AsyncIterator[ServerSentEvent] | None = None
         self.time_to_first_chunk: float | None = None
 
     @property
@@ -89,8 +91,10 @@ class ChatStream:
     async def events(self) -> AsyncIterator[StreamEvent]:
         """Yield the chunks until `[DONE]`; raise `UpstreamError` if the stream breaks."""
         try:
-            async for sse in EventSource(self._response).aiter_sse():
+            upstream = EventSource(self._response).aiter_sse()
+            async for sse in upstream:
                 if sse.data == "[DONE]":
+                    self._after_done = upstream
                     return
                 if not sse.data:
                     continue
@@ -134,11 +138,20 @@ class ChatStream:
         return StreamEvent(data=data, content=content, usage_only=not choices and bool(usage))
 
     async def finish(self, *, error: str | None = None, error_type: str | None = None) -> None:
-        """Close the upstream response (cancelling it if unread) and end the span."""
+        """Close the upstream response (cancelling it if unread) and end the span.
+
+        After a complete stream the rest of the body (its end, nothing more from a
+        well-behaved server) is read first, for at most a second: a response closed
+        unread takes its connection with it, and the next request would pay a new TCP
+        handshake to the LLM server. The span ends when the stream did, not after that.
+        """
         if self._ended:
             return
         self._ended = True
+        end_ns = time.time_ns()
         try:
+            if self._after_done is not None and error is None:
+                await read_to_end(self._after_done)
             await self._response.aclose()
         finally:
             summary = self._summary
@@ -155,7 +168,7 @@ class ChatStream:
             if error is not None:
                 self._span.set_attribute(sc.ERROR_TYPE, error_type or "error")
                 self._span.set_status(Status(StatusCode.ERROR, error))
-            self._span.end()
+            self._span.end(end_time=end_ns)
 
 
 class LLMClient:
@@ -177,10 +190,7 @@ class LLMClient:
             base_url=base_url.rstrip("/") + "/",
             headers=headers,
             timeout=httpx.Timeout(timeout_seconds, connect=5.0),
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-            transport=transport,
+            transport=transport or LendingTransport(max_connections, max_idle=max_connections),
         )
         HTTPXClientInstrumentor.instrument_client(self._client, tracer_provider=tracer_provider)
         self._tracer = tracer_provider.get_tracer(__name__)

@@ -24,6 +24,7 @@ ANSWER = ["Hello", " from", " the", " fake", " LLM", "."]
 class Recorded:
     headers: dict[str, str]
     body: dict[str, Any]
+    client_port: int = 0
     disconnected: threading.Event = field(default_factory=threading.Event)
 
 
@@ -70,7 +71,8 @@ class FakeLLM:
             return
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         body = json.loads(raw or b"{}")
-        record = Recorded(headers=headers, body=body)
+        client_port = (scope.get("client") or ("", 0))[1]
+        record = Recorded(headers=headers, body=body, client_port=client_port)
         self.requests.append(record)
         model = str(body.get("model", ""))
         if model == "fail-500":
