@@ -16,13 +16,15 @@ from spanbudget.collector.semconv import LOADTEST_PREFIX
 from spanbudget.collector.spans import AttrValue, Span
 from spanbudget.collector.stage_table import StageTable
 from spanbudget.collector.verdict import SEVERITY as _SEVERITY
-from spanbudget.collector.verdict import StageResult, Status, Verdict
+from spanbudget.collector.verdict import StageResult, Status, Verdict, new_stage_result
 from spanbudget.semconv import GEN_AI_REQUEST_MODEL
 
 __all__ = ["Evaluator", "Judged", "evaluate", "first_token_ns"]
 
 _NS_PER_MS = 1_000_000
 _UNIT_NS = 10_000  # verdict times are rounded to 0.01 ms
+_HALF_UNIT_NS = _UNIT_NS // 2
+_EXACT_BELOW_NS = 10**15  # where `_round_ms` may use integers (about 11 days)
 # Enum members read through the class cost a metaclass look-up each; the hot path reads
 # these module constants instead.
 _OK, _WARN, _OVERRUN = Status.OK, Status.WARN, Status.OVERRUN
@@ -259,21 +261,23 @@ class Evaluator:
             if stage.name in matched:
                 ms = stage_ms[stage.name]
                 status = _band(ms, stage.target_ms, stage.limit_ms)
-                breakdown = {
-                    k: round(v / _NS_PER_MS, 2) for k, v in breakdown_ns[stage.name].items()
-                }
+                breakdown = {k: _round_ms(v) for k, v in breakdown_ns[stage.name].items()}
                 results.append(
-                    StageResult(stage.name, ms, stage.target_ms, stage.limit_ms, status, breakdown)
+                    new_stage_result(
+                        stage.name, ms, stage.target_ms, stage.limit_ms, status, breakdown
+                    )
                 )
             elif stage.when_absent is _UNMEASURED_WHEN_ABSENT:
                 total_target -= stage.target_ms
                 total_limit -= stage.limit_ms
                 results.append(
-                    StageResult(stage.name, None, stage.target_ms, stage.limit_ms, _UNMEASURED)
+                    new_stage_result(
+                        stage.name, None, stage.target_ms, stage.limit_ms, _UNMEASURED, {}
+                    )
                 )
             else:
                 results.append(
-                    StageResult(stage.name, 0.0, stage.target_ms, stage.limit_ms, _ABSENT)
+                    new_stage_result(stage.name, 0.0, stage.target_ms, stage.limit_ms, _ABSENT, {})
                 )
 
         ttft_ms = _round_ms(window_end - window_start) if first_token is not None else None
@@ -321,6 +325,15 @@ def _band(ms: float, target: float, limit: float) -> Status:
 
 
 def _round_ms(ns: int) -> float:
+    """`round(ns / 1e6, 2)`, bit for bit, in integer arithmetic where that is exact.
+
+    Away from a tie (a remainder of exactly half a unit) and below 10**15 ns, the float
+    `ns / 1e6` lies too close to the exact quotient for rounding to tell them apart, and
+    `units / 100` is the float nearest to the decimal result, as `round` returns. It takes
+    a third of `round`'s time, and a verdict rounds about 25 times.
+    """
+    if 0 <= ns < _EXACT_BELOW_NS and ns % _UNIT_NS != _HALF_UNIT_NS:
+        return ((ns + _HALF_UNIT_NS) // _UNIT_NS) / 100
     return round(ns / _NS_PER_MS, 2)
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["SEVERITY", "StageResult", "Status", "Verdict"]
+__all__ = ["SEVERITY", "StageResult", "Status", "Verdict", "new_stage_result"]
 
 
 class Status(enum.Enum):
@@ -142,3 +142,31 @@ class Verdict:
             attributes=data.get("attributes", {}),
             evaluated_at=datetime.fromisoformat(data["evaluated_at"]),
         )
+
+
+# A constructor for the evaluator's hot path (six per trace). A frozen dataclass's __init__
+# sets each field through object.__setattr__: 1.3 µs for a StageResult. Filling the slots
+# through their descriptors makes the same object, frozen as before, in 0.5 µs
+# (tests/core/test_verdict_constructors.py holds it to the class's own constructor).
+_new = object.__new__
+_stage_slots = tuple(StageResult.__dict__[f].__set__ for f in StageResult.__slots__)
+
+
+def new_stage_result(
+    name: str,
+    ms: float | None,
+    target_ms: float,
+    limit_ms: float,
+    status: Status,
+    breakdown: Mapping[str, float],
+) -> StageResult:
+    """`StageResult(...)` with every field given, made faster."""
+    result: StageResult = _new(StageResult)
+    s_name, s_ms, s_target, s_limit, s_status, s_breakdown = _stage_slots
+    s_name(result, name)
+    s_ms(result, ms)
+    s_target(result, target_ms)
+    s_limit(result, limit_ms)
+    s_status(result, status)
+    s_breakdown(result, breakdown)
+    return result

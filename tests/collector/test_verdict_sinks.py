@@ -32,7 +32,9 @@ from spanbudget.testing.otlp import to_request
 from spanbudget.testing.traces import TraceBuilder, rag_trace
 from tests.collector.harness import BUDGET
 
-NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+# The store's retention counts verdicts' ages from the wall clock: a fixed date would
+# age out of it.
+NOW = datetime.now(UTC).replace(microsecond=0)
 PROTOBUF = "application/x-protobuf"
 
 
