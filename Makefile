@@ -42,7 +42,7 @@ test-install: $(STAMP)
 # each headline figure, its aim and its ratio to the floor measured in the same run.
 # tests/bench runs each of them in its --quick mode (so `make test` and CI do).
 BENCH_SUMMARY := $(abspath .bench-summary.jsonl)
-BENCHES := evaluate readers pipeline ui loadgen engine gateway cpu
+BENCHES := evaluate instructions readers pipeline ui loadgen engine gateway cpu
 bench: $(STAMP)
 	rm -f $(BENCH_SUMMARY)
 	set -e; for b in $(BENCHES); do \

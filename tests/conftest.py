@@ -22,6 +22,7 @@ DEBIAN_PACKAGES = {
     "chromium": "chromium",
     "node": "nodejs",
     "npm": "npm",
+    "valgrind": "valgrind",
 }
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,8 @@ LIGHT = {
     "loadgen.py": ("poisson", 1),
     "engine.py": ("step time modelled vs actual", 1),
 }
+# Counted under valgrind, which the test installs from Debian when it is missing.
+VALGRIND = {"instructions.py": ("instructions per 12-span trace", 1)}
 # These load the reference models and start the demo's processes: a minute or so each.
 HEAVY = {
     "gateway.py": ("tracing on (SDK + batch)", 2),
@@ -47,7 +50,7 @@ def start_quick(script: str, tmp_path: Path, *extra: str) -> subprocess.Popen[st
 
 
 def check(script: str, process: subprocess.Popen[str], tmp_path: Path) -> None:
-    shown, figures = {**LIGHT, **HEAVY}[script]
+    shown, figures = {**LIGHT, **VALGRIND, **HEAVY}[script]
     out, err = process.communicate(timeout=300)
     assert process.returncode == 0, out[-2000:] + err[-4000:]
     assert shown in out
@@ -65,6 +68,13 @@ def test_each_bench_runs_quick(script: str, tmp_path: Path) -> None:
     check(script, start_quick(script, tmp_path), tmp_path)
 
 
+def test_the_instruction_count_runs_quick(
+    tmp_path: Path, debian_binary: Callable[[str], str]
+) -> None:
+    debian_binary("valgrind")
+    check("instructions.py", start_quick("instructions.py", tmp_path), tmp_path)
+
+
 @pytest.mark.slow
 def test_the_model_benches_run_quick(tmp_path: Path) -> None:
     """Side by side, to keep the suite short: most of their time is waiting for start-up."""
@@ -78,7 +88,7 @@ def test_the_model_benches_run_quick(tmp_path: Path) -> None:
 
 def test_every_bench_is_covered_and_none_shadows_a_package() -> None:
     scripts = {p.name for p in BENCH.glob("*.py")} - {"bench_summary.py"}
-    assert scripts == set(LIGHT) | set(HEAVY)
+    assert scripts == set(LIGHT) | set(VALGRIND) | set(HEAVY)
     for script in scripts | {"bench_summary.py"}:
         module = script.removesuffix(".py")
         assert module not in {"spanbudget", "collector", "service", "tests", "bench"}

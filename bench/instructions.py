@@ -1,0 +1,139 @@
+"""Instructions per judged trace, counted by valgrind's callgrind: the same on a busy machine.
+
+Run: .venv/bin/python bench/instructions.py [--traces 3000] [--against OTHER_CHECKOUT] [--quick]
+
+Wall-clock figures on a shared machine move by 40 % between runs of the same code, more
+than most changes to the evaluator. Callgrind counts the instructions the interpreter
+executes, which do not depend on what else runs. Each checkout is counted twice: once
+building the traces and a long-lived `Evaluator` and judging a warm-up share of them
+(pass 0), once doing the same and then judging every trace (pass 1); the difference over
+the number of traces is the cost of one 12-span trace, start-up and imports left out.
+The floor is counted the same way: the minimal tree walk of bench/evaluate.py.
+
+`--against` counts a second checkout (another release) in the same run, for a ratio.
+valgrind comes from Debian (`apt-get install valgrind`). `--quick` (CI) counts 200 traces
+and leaves the floor out: valgrind runs Python about 50 times slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def child(root: Path, what: str, passes: int, count: int) -> None:
+    """What runs under valgrind: judge `count` traces `passes` times (0 or 1)."""
+    sys.path[:0] = [str(root), str(root / "bench")]
+    from evaluate import make_traces, tree_walk  # the bench of the checkout counted
+
+    from spanbudget.collector.budget_file import load_budget
+    from spanbudget.collector.evaluate import Evaluator
+
+    budget = load_budget(root / "budget.yaml").budget
+    evaluator = Evaluator(budget)
+    traces = make_traces(count)
+    now = datetime.now(UTC)
+    for trace in traces[: max(1, count // 10)]:  # warm: memos filled, as in a long run
+        evaluator.evaluate(trace, evaluated_at=now)
+        tree_walk(trace)
+    for _ in range(passes):
+        for trace in traces:
+            if what == "evaluate":
+                evaluator.evaluate(trace, evaluated_at=now)
+            else:
+                tree_walk(trace)
+
+
+def count_instructions(valgrind: str, root: Path, what: str, passes: int, count: int) -> int:
+    command = [
+        valgrind,
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        str(root),
+        what,
+        str(passes),
+        str(count),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
+    found = _COLLECTED.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"callgrind failed for {root} ({what}):\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def per_trace(valgrind: str, root: Path, what: str, count: int) -> float:
+    base = count_instructions(valgrind, root, what, 0, count)
+    judged = count_instructions(valgrind, root, what, 1, count)
+    return (judged - base) / count
+
+
+def main() -> None:
+    if len(sys.argv) == 6 and sys.argv[1] == "--child":
+        child(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--traces", type=int, default=3000)
+    parser.add_argument("--against", type=Path, help="another checkout to count alongside")
+    parser.add_argument("--quick", action="store_true", help="a short run (CI)")
+    args = parser.parse_args()
+    if args.quick:
+        args.traces = 200
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:  # not a failure of `make bench`: the other figures stand
+        print("instructions: valgrind is not installed (apt-get install valgrind); not counted")
+        return
+
+    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(REPO / "bench"))
+    from bench_summary import record
+    from rich.console import Console
+    from rich.table import Table
+
+    roots = [("this checkout", REPO)]
+    if args.against is not None:
+        roots.append((str(args.against), args.against.resolve()))
+    rows: list[tuple[str, float, float | None]] = []
+    for label, root in roots:
+        judged = per_trace(valgrind, root, "evaluate", args.traces)
+        floor = None if args.quick else per_trace(valgrind, root, "walk", args.traces)
+        rows.append((label, judged, floor))
+
+    table = Table(title=f"instructions per 12-span trace (callgrind, {args.traces} traces)")
+    for column in ("checkout", "evaluate (long-lived)", "floor: tree walk", "÷ floor", "ratio"):
+        table.add_column(column, justify="right")
+    first = rows[0][1]
+    for label, judged, floor in rows:
+        table.add_row(
+            label,
+            f"{judged:,.0f}",
+            "–" if floor is None else f"{floor:,.0f}",
+            "–" if floor is None else f"{judged / floor:.1f}×",
+            f"{judged / first:.3f}",
+        )
+    Console().print(table)
+    if len(rows) > 1:
+        print(f"this checkout ÷ {rows[1][0]}: {first / rows[1][1]:.3f}")
+    record(
+        "instructions",
+        "evaluator, instructions / 12-span trace",
+        first,
+        "instructions",
+        aim="fewer than the release before (deterministic, not wall clock)",
+        floor=rows[0][2],
+        floor_name="tree walk",
+    )
+
+
+if __name__ == "__main__":
+    main()
