@@ -73,16 +73,8 @@ def flatten(spans: Sequence[Span], table: StageTable) -> Flat | None:
     if shape is None:
         walk = _walk(spans, table)[0]
     else:
-        walk = table.walks.get(shape, _UNSEEN)
-        if walk is _UNSEEN:
-            walk, fixed = _walk(spans, table)
-            table.remember(shape, walk if fixed else None)
-        elif walk is None:
-            walk = _walk(spans, table)[0]
+        walk = table.walk(shape, lambda: _walk(spans, table))
     return None if walk is None else _run(spans, walk, table)
-
-
-_UNSEEN = Walk((), (), ())
 
 
 def _shape(spans: Sequence[Span]) -> Hashable | None:

@@ -8,7 +8,7 @@ table also keeps, per trace shape, the walk `flat.flatten` takes over it (`Walk`
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from spanbudget.collector.budget import Selector, attr_text
 from spanbudget.collector.spans import AttrValue, SpanKind
@@ -41,16 +41,19 @@ class Walk:
         self.decisions = tuple(decisions)
 
 
+_UNSEEN = Walk((), (), ())
+
+
 class StageTable:
     """The compiled selectors (see the module's docstring), with two bounded memos: the
     decision per span shape and the walk per trace shape."""
 
-    __slots__ = ("_flat", "_phases", "memo", "walks")
+    __slots__ = ("_flat", "_phases", "_walks", "memo")
 
     def __init__(self, flat: Sequence[tuple[str, Selector]]) -> None:
         self._flat = tuple(flat)
         self.memo: dict[tuple[str, SpanKind, str, bool], Decision] = {}
-        self.walks: dict[Hashable, Walk | None] = {}  # None: the shape has no fixed walk
+        self._walks: dict[Hashable, Walk | None] = {}  # None: the shape has no fixed walk
         self._phases: dict[str, tuple[str, ...]] = {}
 
     def phases(self, service: str) -> tuple[str, ...]:
@@ -87,10 +90,17 @@ class StageTable:
             decision = self._compile(key)
         return decision
 
-    def remember(self, shape: Hashable, walk: Walk | None) -> None:
-        if len(self.walks) >= _MEMO_LIMIT:
-            self.walks.clear()
-        self.walks[shape] = walk
+    def walk(self, shape: Hashable, make: Callable[[], tuple[Walk | None, bool]]) -> Walk | None:
+        """The walk kept for a trace shape, else `make()`'s: a walk (None for none) and
+        whether it follows from the shape alone; only such a walk is kept for the shape."""
+        kept = self._walks.get(shape, _UNSEEN)
+        if kept is _UNSEEN:
+            walk, fixed = make()
+            if len(self._walks) >= _MEMO_LIMIT:
+                self._walks.clear()
+            self._walks[shape] = walk if fixed else None
+            return walk
+        return make()[0] if kept is None else kept
 
     def _compile(self, key: tuple[str, SpanKind, str, bool]) -> Decision:
         name, kind, service, is_root = key
