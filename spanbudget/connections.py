@@ -4,13 +4,15 @@ httpcore's connection pool (1.0) looks at every connection it holds each time a 
 enters or leaves it: it asks each one whether its keep-alive has expired, which reads the
 socket's peer address through anyio, and it counts the idle ones once per idle
 connection. A pool's cost per request therefore grows with the connections it keeps: with
-the dozen a load test at 200 requests/s opens, that bookkeeping took 40 % of the load
-generator's CPU (bench/loadgen.py, sampled with py-spy).
+the dozen that 200 streamed requests a second keep open, that bookkeeping took 40 % of a
+client's CPU (the load generator's, sampled with py-spy, when it still used httpx).
 
 `LendingTransport` gives each connection a pool of its own, a one-connection
 `httpx.AsyncHTTPTransport`, and lends an idle one to each request, the most recently
 returned first; closing the response gives it back. A request's cost then stays that of
-one connection however many are open.
+one connection however many are open. The gateway's LLM client uses it: its `POST`
+span comes from httpx's instrumentation. The load tester has a leaner client of its own
+(`http1.py`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -18,6 +17,8 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord, send_chat
+from spanbudget.http1 import StreamingClient
+from spanbudget.testing.servers import ServerThread
 
 # Valid SSE whose JSON is not a chunk object: a broken or foreign server.
 BAD_EVENTS = [b"data: 123\n\n", b'data: ["a"]\n\n', b'data: {"choices": 7}\n\n']
@@ -40,20 +41,20 @@ def test_a_malformed_stream_is_a_failed_request_with_an_ended_span(event: bytes)
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
 
-    async def run() -> RequestRecord:
-        transport = httpx.ASGITransport(app=one_event_app(event))
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+    async def run(url: str) -> RequestRecord:
+        async with StreamingClient(max_connections=1) as client:
             return await send_chat(
                 client,
                 provider.get_tracer("t"),
                 ChatRequest(0, "main", 0.0, "hi", 4),
-                url="http://t/v1/chat/completions",
+                url=f"{url}/v1/chat/completions",
                 model="m",
                 run_id="run-bad",
                 run_start_perf=0.0,
             )
 
-    record = asyncio.run(run())
+    with ServerThread(one_event_app(event)) as server:
+        record = asyncio.run(run(server.url))
     assert not record.ok
     assert record.error
     spans = exporter.get_finished_spans()

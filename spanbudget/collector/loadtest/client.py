@@ -7,13 +7,14 @@ out as W3C `traceparent`/`baggage`, so the verdict of the whole trace can be joi
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-from httpx_sse import aconnect_sse
 from opentelemetry import trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.trace import SpanKind, StatusCode
@@ -22,7 +23,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from spanbudget import semconv as sc
 from spanbudget.collector.semconv import LOADTEST_PHASE, LOADTEST_REQUEST_INDEX, LOADTEST_RUN_ID
 from spanbudget.collector.stats import percentile
-from spanbudget.connections import read_to_end
+from spanbudget.connections import DRAIN_S
+from spanbudget.http1 import HTTPError, StreamingClient, sse_data
 
 __all__ = ["ChatRequest", "RequestRecord", "send_chat"]
 
@@ -73,8 +75,17 @@ def _content(chunk: dict[str, Any]) -> str:
     return ""
 
 
+async def _read_to_end(events: AsyncIterator[str]) -> None:
+    """Read what follows `[DONE]` (the body's end) for at most `DRAIN_S`, so that the
+    connection can carry the next request."""
+    with contextlib.suppress(TimeoutError, HTTPError, OSError):
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in events:
+                pass
+
+
 async def send_chat(
-    client: httpx.AsyncClient,
+    client: StreamingClient,
     tracer: trace.Tracer,
     request: ChatRequest,
     *,
@@ -112,7 +123,7 @@ async def send_chat(
         },
     )
     record.trace_id = f"{span.get_span_context().trace_id:032x}"
-    headers: dict[str, str] = {}
+    headers: dict[str, str] = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     context = trace.set_span_in_context(span)
@@ -120,18 +131,21 @@ async def send_chat(
     _BAGGAGE.inject(headers, context=context)
     last_chunk: float | None = None
     try:
-        async with aconnect_sse(client, "POST", url, json=body, headers=headers) as source:
-            record.status_code = source.response.status_code
+        payload = json.dumps(body).encode()
+        async with client.stream(
+            "POST", url, body=payload, headers=list(headers.items())
+        ) as response:
+            record.status_code = response.status_code
             if record.status_code != 200:
-                await source.response.aread()
-                record.error = f"HTTP {record.status_code}: {source.response.text[:200]}"
+                text = (await response.read()).decode("utf-8", "replace")
+                record.error = f"HTTP {record.status_code}: {text[:200]}"
             else:
-                events = source.aiter_sse()
-                async for event in events:
-                    if event.data == "[DONE]":
-                        await read_to_end(events)  # keeps the connection for the next request
+                events = sse_data(response.chunks())
+                async for data in events:
+                    if data == "[DONE]":
+                        await _read_to_end(events)  # keeps the connection for the next request
                         break
-                    chunk = json.loads(event.data)
+                    chunk = json.loads(data)
                     if "error" in chunk:
                         record.error = f"stream error: {str(chunk['error'])[:200]}"
                         break

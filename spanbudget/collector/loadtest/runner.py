@@ -7,12 +7,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import httpx
 from opentelemetry import trace
 
 from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord, send_chat
 from spanbudget.collector.loadtest.idle_gc import IdleCollections
-from spanbudget.connections import LendingTransport
+from spanbudget.http1 import StreamingClient
 
 __all__ = ["Progress", "RunSettings", "run_requests"]
 
@@ -58,7 +57,7 @@ async def run_requests(
     settings: RunSettings,
     tracer: trace.Tracer,
     *,
-    transport: httpx.AsyncBaseTransport | None = None,
+    client: StreamingClient | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
     progress: Progress | None = None,
 ) -> list[RequestRecord]:
@@ -69,11 +68,12 @@ async def run_requests(
     """
     progress = progress or Progress(len(requests))
     slots = asyncio.Semaphore(settings.max_concurrency)
-    timeout = httpx.Timeout(settings.timeout_s, connect=10.0)
     records: list[RequestRecord] = []
+    client = client or StreamingClient(
+        settings.max_concurrency, connect_timeout_s=10.0, read_timeout_s=settings.timeout_s
+    )
     with IdleCollections() as collections:
-        transport = transport or LendingTransport(settings.max_concurrency)
-        async with httpx.AsyncClient(timeout=timeout, transport=transport) as client:
+        async with client:
             start = time.perf_counter()
 
             async def one(request: ChatRequest) -> None:
