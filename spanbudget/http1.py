@@ -9,7 +9,10 @@ requests/s that kept the loop busy half the time, and the dispatcher woke late b
 This client keeps what such a request needs and nothing more: h11 (the parser httpx uses)
 frames the messages, asyncio's streams carry the bytes, and the most recently returned
 idle connection to an origin is lent to the next request. A connection the server closed
-while idle is noticed (its reader is at EOF) and dropped before it is lent.
+while idle is noticed (its reader is at EOF) and dropped before it is lent, and one idle
+for `keepalive_s` (4 s) is closed rather than reused: uvicorn, which serves vLLM and the
+gateway, closes an idle connection after 5 s, and a request written at that moment is
+answered with a reset (seen once in a demo run's burst, which followed a quiet phase).
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ class HTTPError(Exception):
 
 
 class _Connection:
-    __slots__ = ("h11", "reader", "writer")
+    __slots__ = ("h11", "idle_since", "reader", "writer")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
         self.h11 = h11.Connection(our_role=h11.CLIENT)
+        self.idle_since = 0.0  # loop time it was last given back
 
     def alive(self) -> bool:
         return not self.reader.at_eof() and not self.writer.is_closing()
@@ -108,8 +112,9 @@ async def _receive(connection: _Connection, timeout: asyncio.Timeout, timeout_s:
 class StreamingClient:
     """At most `max_connections` requests at once, each on a connection of its own.
 
-    Up to `max_idle` connections per origin are kept alive between requests; one returned
-    beyond that is closed. `read_timeout_s` bounds each wait for the server's bytes.
+    Up to `max_idle` connections per origin are kept alive between requests, each for at
+    most `keepalive_s`; one returned beyond that is closed. `read_timeout_s` bounds each
+    wait for the server's bytes.
     """
 
     def __init__(
@@ -117,12 +122,14 @@ class StreamingClient:
         max_connections: int,
         *,
         max_idle: int = 64,
+        keepalive_s: float = 4.0,
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 60.0,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._slots = asyncio.Semaphore(max_connections)
         self._max_idle = max_idle
+        self._keepalive_s = keepalive_s
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
         self._ssl_context = ssl_context
@@ -200,11 +207,13 @@ class StreamingClient:
 
     async def _lend(self, origin: tuple[str, str, int]) -> _Connection:
         idle = self._idle.get(origin)
-        while idle:
-            connection = idle.pop()
-            if connection.alive():
-                return connection
-            connection.close()
+        if idle:
+            now = asyncio.get_running_loop().time()
+            while idle:
+                connection = idle.pop()
+                if now - connection.idle_since < self._keepalive_s and connection.alive():
+                    return connection
+                connection.close()
         scheme, host, port = origin
         context = None
         if scheme == "https":
@@ -219,6 +228,7 @@ class StreamingClient:
         idle = self._idle.setdefault(origin, [])
         if reusable and not self._closed and len(idle) < self._max_idle:
             connection.h11.start_next_cycle()
+            connection.idle_since = asyncio.get_running_loop().time()
             idle.append(connection)
         else:
             connection.close()

@@ -129,6 +129,23 @@ def test_a_connection_left_unread_or_asked_to_close_is_not_reused() -> None:
     assert idle == 1
 
 
+def test_a_connection_idle_past_keepalive_is_closed_not_reused() -> None:
+    app = Recording()
+
+    async def run(url: str) -> None:
+        async with StreamingClient(max_connections=1, keepalive_s=0.2) as client:
+            await fetch(client, url)
+            await fetch(client, url)  # at once: the same connection
+            await asyncio.sleep(0.3)
+            await fetch(client, url)  # after the keep-alive: a new one
+
+    with ServerThread(app) as server:
+        asyncio.run(run(server.url + "/"))
+    first, again, later = app.ports
+    assert first == again
+    assert later != first
+
+
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
