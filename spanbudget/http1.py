@@ -95,9 +95,12 @@ class Response:
 
 def _next_event(connection: _Connection) -> object:
     try:
-        return connection.h11.next_event()
+        event = connection.h11.next_event()
     except h11.RemoteProtocolError as exc:  # e.g. the body ended before its length
         raise HTTPError(str(exc)) from exc
+    if event is h11.PAUSED:  # h11 waits for a new cycle: nothing here may loop on it
+        raise HTTPError("the response cannot continue on this connection")
+    return event
 
 
 async def _receive(connection: _Connection, timeout: asyncio.Timeout, timeout_s: float) -> None:
