@@ -6,12 +6,22 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import uvicorn
 
-__all__ = ["ServerThread", "free_port", "wait_until"]
+__all__ = ["ServerThread", "free_port", "read_asgi_body", "wait_until"]
+
+
+async def read_asgi_body(receive: Callable[[], Awaitable[Any]]) -> bytes:
+    """A raw ASGI app's whole request body, from its `http.request` messages."""
+    body = b""
+    while True:
+        message = await receive()
+        body += bytes(message.get("body", b""))
+        if not message.get("more_body"):
+            return body
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from starlette.types import Receive, Scope, Send
 
 from spanbudget.http1 import HTTPError, StreamingClient, sse_data
-from spanbudget.testing.servers import ServerThread
+from spanbudget.testing.servers import ServerThread, read_asgi_body
 
 
 class Recording:
@@ -32,12 +32,7 @@ class Recording:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert scope["type"] == "http"
         self.ports.append(scope["client"][1])
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_asgi_body(receive)
         self.bodies.append(body)
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)

@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from spanbudget.service.embedding import SentenceTransformerEmbedder
 from spanbudget.service.ingest import ingest
 from spanbudget.service.vectorstore import EdgeStore
-from spanbudget.testing.servers import ServerThread, free_port
+from spanbudget.testing.servers import ServerThread, free_port, read_asgi_body
 from tests.service.conftest import SMALL_CORPUS, chat_body
 
 pytestmark = pytest.mark.slow
@@ -55,12 +55,7 @@ class OtlpSink:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert scope["type"] == "http"
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        raw = await read_asgi_body(receive)
         if scope["path"] == "/v1/traces":
             request = ExportTraceServiceRequest.FromString(raw)
             for resource_spans in request.resource_spans:

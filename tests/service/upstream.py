@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spanbudget.testing.servers import read_asgi_body
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -59,12 +61,7 @@ class FakeLLM:
             await receive()
             await send({"type": "lifespan.shutdown.complete"})
             return
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        raw = await read_asgi_body(receive)
         if scope["path"].endswith("/models"):
             card = {"id": "test-model", "object": "model", "created": 0, "owned_by": "vllm"}
             await self._json(send, 200, {"object": "list", "data": [card]})
