@@ -83,7 +83,7 @@ def _search_threads() -> set[str]:
     for comm in glob.glob("/proc/self/task/*/comm"):
         try:
             name = Path(comm).read_text()
-        except FileNotFoundError:  # the thread ended after the listing
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended after the listing
             continue
         if name.startswith("edge-search"):
             found.add(comm)
