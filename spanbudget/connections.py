@@ -23,7 +23,6 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
-from httpx_sse import ServerSentEvent, SSEError
 
 __all__ = ["LendingTransport", "one_connection", "read_to_end"]
 
@@ -41,14 +40,14 @@ def one_connection(context: ssl.SSLContext) -> Callable[[], httpx.AsyncBaseTrans
     return make
 
 
-async def read_to_end(events: AsyncIterator[ServerSentEvent]) -> None:
+async def read_to_end(events: AsyncIterator[object], *errors: type[Exception]) -> None:
     """Read what follows an SSE stream's `[DONE]` (the body's end, nothing more from a
-    well-behaved server) for at most `DRAIN_S`.
+    well-behaved server) for at most `DRAIN_S`; a timeout or one of `errors` ends it.
 
     A streamed response closed before its end takes its connection with it, and the next
     request on that client pays a new TCP handshake.
     """
-    with contextlib.suppress(TimeoutError, httpx.HTTPError, SSEError):
+    with contextlib.suppress(TimeoutError, *errors):
         async with asyncio.timeout(DRAIN_S):
             async for _ in events:
                 pass

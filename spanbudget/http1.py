@@ -69,13 +69,6 @@ class Response:
         self._timeout = timeout
         self._timeout_s = timeout_s
 
-    def header(self, name: str) -> str | None:
-        wanted = name.lower().encode("ascii")
-        for key, value in self.headers:
-            if key == wanted:
-                return value.decode("latin-1")
-        return None
-
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive, until the message ends."""
         while True:

@@ -151,7 +151,7 @@ class ChatStream:
         end_ns = time.time_ns()
         try:
             if self._after_done is not None and error is None:
-                await read_to_end(self._after_done)
+                await read_to_end(self._after_done, httpx.HTTPError, SSEError)
             await self._response.aclose()
         finally:
             summary = self._summary

@@ -1,17 +1,19 @@
 """Loopback servers for tests: an ASGI app under uvicorn in a thread (the real network hop),
-a free port for a process to listen on, and waiting until something has happened."""
+a free port for a process to listen on, waiting until something has happened, reading a
+raw ASGI app's request body, and an app that records the connections it is asked on."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Literal
 
 import uvicorn
 
-__all__ = ["ServerThread", "free_port", "read_asgi_body", "wait_until"]
+__all__ = ["RecordingApp", "ServerThread", "free_port", "read_asgi_body", "wait_until"]
 
 
 async def read_asgi_body(receive: Callable[[], Awaitable[Any]]) -> bytes:
@@ -78,3 +80,39 @@ class ServerThread:
         self._server.should_exit = True
         self._thread.join(timeout=10)
         self._sock.close()
+
+
+class RecordingApp:
+    """An ASGI app that answers after `hold_s`, noting each request's client port and the
+    most requests it held at once. `/chunked` streams its body; `/close` asks the client to
+    close the connection after the answer."""
+
+    def __init__(self, hold_s: float = 0.0) -> None:
+        self.hold_s = hold_s
+        self.ports: list[int] = []
+        self.bodies: list[bytes] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def __call__(
+        self,
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[Any]],
+        send: Callable[[Any], Awaitable[None]],
+    ) -> None:
+        assert scope["type"] == "http"
+        self.ports.append(scope["client"][1])
+        body = await read_asgi_body(receive)
+        self.bodies.append(body)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await asyncio.sleep(self.hold_s)
+        self.in_flight -= 1
+        headers = [(b"connection", b"close")] if scope["path"] == "/close" else []
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if scope["path"] == "/chunked":
+            for part in (b"data: a\n\n", b"data: b\n", b"\ndata: [DONE]\n\n"):
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        else:
+            await send({"type": "http.response.body", "body": b"data: ok\n\n"})

@@ -11,41 +11,9 @@ import pytest
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from starlette.types import Receive, Scope, Send
 
 from spanbudget.http1 import HTTPError, StreamingClient, sse_data
-from spanbudget.testing.servers import ServerThread, read_asgi_body
-
-
-class Recording:
-    """An ASGI app that answers after `hold_s`, noting each request's client port and the
-    most requests it held at once. `/chunked` streams its body; `/close` asks the client to
-    close the connection after the answer."""
-
-    def __init__(self, hold_s: float = 0.0) -> None:
-        self.hold_s = hold_s
-        self.ports: list[int] = []
-        self.bodies: list[bytes] = []
-        self.in_flight = 0
-        self.most_in_flight = 0
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        assert scope["type"] == "http"
-        self.ports.append(scope["client"][1])
-        body = await read_asgi_body(receive)
-        self.bodies.append(body)
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        await asyncio.sleep(self.hold_s)
-        self.in_flight -= 1
-        headers = [(b"connection", b"close")] if scope["path"] == "/close" else []
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        if scope["path"] == "/chunked":
-            for part in (b"data: a\n\n", b"data: b\n", b"\ndata: [DONE]\n\n"):
-                await send({"type": "http.response.body", "body": part, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-        else:
-            await send({"type": "http.response.body", "body": b"data: ok\n\n"})
+from spanbudget.testing.servers import RecordingApp, ServerThread
 
 
 async def fetch(client: StreamingClient, url: str, body: bytes = b"") -> bytes:
@@ -55,7 +23,7 @@ async def fetch(client: StreamingClient, url: str, body: bytes = b"") -> bytes:
 
 
 def test_a_connection_is_reused_one_per_request_in_flight_and_max_idle_kept() -> None:
-    app = Recording(hold_s=0.2)
+    app = RecordingApp(hold_s=0.2)
 
     async def run(url: str) -> tuple[int, int]:
         async with StreamingClient(max_connections=10, max_idle=3) as client:
@@ -77,7 +45,7 @@ def test_a_connection_is_reused_one_per_request_in_flight_and_max_idle_kept() ->
 
 
 def test_bodies_both_ways_content_length_and_chunked() -> None:
-    app = Recording()
+    app = RecordingApp()
 
     async def run(url: str) -> list[str]:
         async with StreamingClient(max_connections=2) as client:
@@ -94,7 +62,7 @@ def test_bodies_both_ways_content_length_and_chunked() -> None:
 
 
 def test_no_more_than_max_connections_requests_in_flight() -> None:
-    app = Recording(hold_s=0.1)
+    app = RecordingApp(hold_s=0.1)
 
     async def run(url: str) -> None:
         async with StreamingClient(max_connections=2) as client:
@@ -107,7 +75,7 @@ def test_no_more_than_max_connections_requests_in_flight() -> None:
 
 
 def test_a_connection_left_unread_or_asked_to_close_is_not_reused() -> None:
-    app = Recording()
+    app = RecordingApp()
 
     async def run(url: str) -> int:
         async with StreamingClient(max_connections=1) as client:
@@ -125,7 +93,7 @@ def test_a_connection_left_unread_or_asked_to_close_is_not_reused() -> None:
 
 
 def test_a_connection_idle_past_keepalive_is_closed_not_reused() -> None:
-    app = Recording()
+    app = RecordingApp()
 
     async def run(url: str) -> None:
         async with StreamingClient(max_connections=1, keepalive_s=0.2) as client:

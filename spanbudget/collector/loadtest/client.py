@@ -7,11 +7,8 @@ out as W3C `traceparent`/`baggage`, so the verdict of the whole trace can be joi
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +20,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from spanbudget import semconv as sc
 from spanbudget.collector.semconv import LOADTEST_PHASE, LOADTEST_REQUEST_INDEX, LOADTEST_RUN_ID
 from spanbudget.collector.stats import percentile
-from spanbudget.connections import DRAIN_S
+from spanbudget.connections import read_to_end
 from spanbudget.http1 import HTTPError, StreamingClient, sse_data
 
 __all__ = ["ChatRequest", "RequestRecord", "send_chat"]
@@ -73,15 +70,6 @@ def _content(chunk: dict[str, Any]) -> str:
         if delta.get("content"):
             return str(delta["content"])
     return ""
-
-
-async def _read_to_end(events: AsyncIterator[str]) -> None:
-    """Read what follows `[DONE]` (the body's end) for at most `DRAIN_S`, so that the
-    connection can carry the next request."""
-    with contextlib.suppress(TimeoutError, HTTPError, OSError):
-        async with asyncio.timeout(DRAIN_S):
-            async for _ in events:
-                pass
 
 
 async def send_chat(
@@ -143,7 +131,7 @@ async def send_chat(
                 events = sse_data(response.chunks())
                 async for data in events:
                     if data == "[DONE]":
-                        await _read_to_end(events)  # keeps the connection for the next request
+                        await read_to_end(events, HTTPError, OSError)  # keeps the connection
                         break
                     chunk = json.loads(data)
                     if "error" in chunk:

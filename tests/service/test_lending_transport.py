@@ -1,4 +1,5 @@
-"""The lending transport: one connection per request in flight, kept alive and reused."""
+"""The gateway's lending transport (its LLM client's): one connection per request in
+flight, kept alive and reused."""
 
 from __future__ import annotations
 
@@ -6,31 +7,9 @@ import asyncio
 
 import httpx
 import pytest
-from starlette.types import Receive, Scope, Send
 
 from spanbudget.connections import LendingTransport
-from spanbudget.testing.servers import ServerThread, free_port
-
-
-class Counting:
-    """An ASGI app that answers after `hold_s`, noting each request's client port and the
-    most requests it held at once."""
-
-    def __init__(self, hold_s: float) -> None:
-        self.hold_s = hold_s
-        self.ports: list[int] = []
-        self.in_flight = 0
-        self.most_in_flight = 0
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        assert scope["type"] == "http"
-        self.ports.append(scope["client"][1])
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        await asyncio.sleep(self.hold_s)
-        self.in_flight -= 1
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"data: ok\n\n"})
+from spanbudget.testing.servers import RecordingApp, ServerThread, free_port
 
 
 async def fetch(client: httpx.AsyncClient, url: str) -> bytes:
@@ -39,7 +18,7 @@ async def fetch(client: httpx.AsyncClient, url: str) -> bytes:
 
 
 def test_concurrent_requests_get_connections_of_their_own_and_reuse_them() -> None:
-    app = Counting(hold_s=0.2)
+    app = RecordingApp(hold_s=0.2)
 
     async def run(url: str) -> tuple[int, int]:
         transport = LendingTransport(max_connections=10, max_idle=3)
@@ -65,7 +44,7 @@ def test_concurrent_requests_get_connections_of_their_own_and_reuse_them() -> No
 
 
 def test_no_more_requests_in_flight_than_connections_allowed() -> None:
-    app = Counting(hold_s=0.1)
+    app = RecordingApp(hold_s=0.1)
 
     async def run(url: str) -> None:
         async with httpx.AsyncClient(transport=LendingTransport(max_connections=2)) as client:
