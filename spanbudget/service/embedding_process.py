@@ -57,7 +57,7 @@ def _raise_priority(nice: int) -> str:
 
 
 def _worker_main(
-    conn: Connection, model_path: str | None, name: str, threads: int, nice: int, traced: bool
+    conn: Connection, model_path: str | None, name: str, threads: int, nice: int, runtime: str
 ) -> None:
     # The parent stops this process through the pipe, or by ending (the pipe then closes).
     # Signals to the gateway's process group (Ctrl-C, a supervisor's SIGTERM) must not end
@@ -78,7 +78,9 @@ def _worker_main(
     from spanbudget.service.embedding import SentenceTransformerEmbedder
 
     # The parent logs a fallback to the eager model, once for all its children.
-    embedder = SentenceTransformerEmbedder(model_path, name=name, traced=traced, log_fallback=False)
+    embedder = SentenceTransformerEmbedder(
+        model_path, name=name, runtime=runtime, log_fallback=False
+    )
     conn.send(("ready", embedder.dimension, priority, embedder.graph))
     while True:
         try:
@@ -110,8 +112,8 @@ class EmbeddingProcess:
     loop, and `close()` it at shutdown. Batches are answered in the order they were sent; a
     caller that stops waiting loses only its own answer. `threads` is torch's intra-op
     thread count in the child (0: torch's default); a negative `nice` raises the child's
-    CPU priority where allowed (`priority` says what it got); `traced` runs the transformer
-    as a frozen graph where it can be traced (`graph` says what the child runs).
+    CPU priority where allowed (`priority` says what it got); `runtime` is the fastest way
+    the transformer may run (embedding.RUNTIMES; `graph` says what the child runs).
     """
 
     concurrency = 1  # one model call at a time: the child computes batches in turn
@@ -123,7 +125,7 @@ class EmbeddingProcess:
         name: str = "all-MiniLM-L6-v2",
         threads: int = 1,
         nice: int = 0,
-        traced: bool = True,
+        runtime: str = "onnx",
         startup_timeout_s: float = _STARTUP_TIMEOUT_SECONDS,
         wait: bool = True,
     ) -> None:
@@ -131,7 +133,7 @@ class EmbeddingProcess:
         self._conn, child = context.Pipe()
         self._process: Any = context.Process(
             target=_worker_main,
-            args=(child, model_path, name, threads, nice, traced),
+            args=(child, model_path, name, threads, nice, runtime),
             name="embedding-worker",
             daemon=True,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -65,9 +65,11 @@ class Settings(BaseSettings):
     # The model in a process of its own (embedding_process.py), so that its forward pass
     # does not wait on the event loop for the interpreter lock; false runs it in a thread.
     embedding_process: bool = True
-    # The model's transformer as a traced, frozen TorchScript graph (embedding_graph.py):
-    # the same vectors, a fifth to a quarter less CPU a query; false keeps eager PyTorch.
-    embedding_traced: bool = True
+    # How the model's transformer runs (embedding_graph.py), each with the eager model's
+    # vectors: "onnx", exported to ONNX Runtime, about half the CPU of eager PyTorch for a
+    # lone query; "torchscript", a frozen TorchScript graph, a fifth to a quarter less;
+    # "eager". One that cannot run gives way to the next (logged).
+    embedding_runtime: Literal["onnx", "torchscript", "eager"] = "onnx"
     # How many such processes: each computes one batch at a time, on a core of its own.
     # Two on a 2-core machine answer a burst's overlapping queries side by side instead of
     # in ever larger batches, whose forward passes take ever longer.

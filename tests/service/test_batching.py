@@ -1,6 +1,6 @@
 """Concurrent query embeddings share model calls, each caller gets its own vector, and the
-real model, traced into a frozen graph and in its own process, answers exactly as eager
-one-at-a-time embedding does."""
+real model, compiled (to ONNX Runtime, or a frozen TorchScript graph) and in its own
+process, answers exactly as eager one-at-a-time embedding does."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from spanbudget.service.embedding import (
     EmbeddingBatcher,
     SentenceTransformerEmbedder,
 )
+from spanbudget.service.embedding_graph import padded_groups
 from spanbudget.service.embedding_process import EmbeddingPool
 from spanbudget.service.ingest import default_corpus, ingest
 from spanbudget.service.vectorstore import EdgeStore
@@ -181,8 +182,8 @@ async def test_queries_are_shared_among_the_model_calls_that_can_run(concurrency
 
 @pytest.fixture(scope="module")
 def eager() -> SentenceTransformerEmbedder:
-    """The model as sentence-transformers runs it: the reference for the traced graph."""
-    model = SentenceTransformerEmbedder(traced=False)
+    """The model as sentence-transformers runs it: the reference for the compiled graphs."""
+    model = SentenceTransformerEmbedder(runtime="eager")
     assert model.graph == "eager"
     return model
 
@@ -200,48 +201,70 @@ def corpus_store(
     store.close()
 
 
-def test_the_traced_graph_answers_as_the_eager_model_one_at_a_time(
+@pytest.fixture(scope="module")
+def torchscript() -> SentenceTransformerEmbedder:
+    """The model as a frozen TorchScript graph: the fallback when ONNX Runtime is not there."""
+    model = SentenceTransformerEmbedder(runtime="torchscript")
+    assert model.graph == "traced and frozen"
+    return model
+
+
+@pytest.fixture(params=["onnx", "torchscript"])
+def compiled(
+    request: pytest.FixtureRequest,
     embedder: SentenceTransformerEmbedder,
+    torchscript: SentenceTransformerEmbedder,
+) -> SentenceTransformerEmbedder:
+    """Each compiled graph in turn: the default (ONNX Runtime) and its fallback."""
+    if request.param == "onnx":
+        assert embedder.graph == "ONNX Runtime"
+        return embedder
+    return torchscript
+
+
+def test_a_compiled_graph_answers_as_the_eager_model_one_at_a_time(
+    compiled: SentenceTransformerEmbedder,
     eager: SentenceTransformerEmbedder,
     corpus_store: EdgeStore,
 ) -> None:
-    assert embedder.graph == "traced and frozen"
     alone = [eager.embed([p])[0] for p in PROMPTS]
     # All forty in one call: padded to the longest, so the attention mask must keep the
     # padding out of every shorter prompt's vector.
-    batched = embedder.embed(PROMPTS)
+    batched = compiled.embed(PROMPTS)
     for prompt, vector, expected in zip(PROMPTS, batched, alone, strict=True):
         assert vector == pytest.approx(expected, abs=1e-5), prompt
-        assert embedder.embed([prompt])[0] == pytest.approx(expected, abs=1e-5), prompt
+        assert compiled.embed([prompt])[0] == pytest.approx(expected, abs=1e-5), prompt
         hits = corpus_store.query(vector, limit=5, hnsw_ef=64)
         assert [h.id for h in hits] == [
             h.id for h in corpus_store.query(expected, limit=5, hnsw_ef=64)
         ]
 
 
-def test_the_traced_graph_keeps_padding_out_of_short_queries(
-    embedder: SentenceTransformerEmbedder, eager: SentenceTransformerEmbedder
+def test_a_compiled_graph_keeps_padding_out_of_short_queries(
+    compiled: SentenceTransformerEmbedder, eager: SentenceTransformerEmbedder
 ) -> None:
     short, long = "yield", PROMPTS[-1]
-    with_long = embedder.embed([short, long, short])
-    assert with_long[0] == pytest.approx(eager.embed([short])[0], abs=1e-5)
-    assert with_long[2] == with_long[0]
-    # The padded rows really are padded: the same tokens unmasked give another vector.
-    model = embedder._model
-    features = model.preprocess([short, long])
+    expected = eager.embed([short])[0]
+    graph = compiled._compiled
+    features = compiled._model.preprocess([short, long])
     assert int(features["attention_mask"][0].sum()) < features["attention_mask"].shape[1]
-    unmasked = embedder._traced._graph(
-        features["input_ids"],
-        torch.ones_like(features["attention_mask"]),
-        features["token_type_ids"],
+    # Padded to the long prompt's length in one forward pass, the short query still gets
+    # its own vector...
+    padded = graph._embed_features(dict(features))
+    assert padded[0].tolist() == pytest.approx(expected, abs=1e-5)
+    # ...and the padded rows really are padded: the same tokens unmasked give another vector.
+    unmasked = graph._hidden(
+        graph._inputs({**features, "attention_mask": torch.ones_like(features["attention_mask"])})
     )
-    masked = embedder._traced._graph(
-        features["input_ids"], features["attention_mask"], features["token_type_ids"]
-    )
+    masked = graph._hidden(graph._inputs(features))
     assert not torch.allclose(unmasked[0], masked[0], atol=1e-3)
+    # Embedding does not pad it that far: it shares a pass only with texts of its length.
+    with_long = compiled.embed([short, long, short])
+    assert with_long[0] == pytest.approx(expected, abs=1e-5)
+    assert with_long[2] == pytest.approx(with_long[0], abs=1e-6)
 
 
-def test_a_model_that_cannot_be_traced_runs_eagerly_and_says_so_once(
+def test_a_model_that_cannot_be_compiled_runs_eagerly_and_says_so_once(
     eager: SentenceTransformerEmbedder,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -249,19 +272,39 @@ def test_a_model_that_cannot_be_traced_runs_eagerly_and_says_so_once(
     import spanbudget.service.embedding as embedding
 
     def refuse(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("cannot trace this model")
+        raise RuntimeError("cannot compile this model")
 
+    # Both graphs start from torch's tracer: the ONNX exporter traces too.
     monkeypatch.setattr(torch.jit, "trace", refuse)
+    monkeypatch.setattr(torch.onnx, "export", refuse)
     monkeypatch.setattr(embedding, "_fallback_logged", False)
     with caplog.at_level(logging.WARNING, logger="spanbudget.service.embedding"):
         first = SentenceTransformerEmbedder()
         second = SentenceTransformerEmbedder()
-    assert first.graph.startswith("eager (tracing failed: RuntimeError: cannot trace")
+    assert first.graph == (
+        "eager (ONNX Runtime: ONNX graph failed: RuntimeError: cannot compile this model; "
+        "traced and frozen: tracing failed: RuntimeError: cannot compile this model)"
+    )
     assert second.graph == first.graph
-    assert [r.getMessage() for r in caplog.records].count(
-        f"query model runs eagerly: {first.graph[len('eager (') : -1]}"
-    ) == 1
+    assert [r.getMessage() for r in caplog.records].count(f"query model runs {first.graph}") == 1
     assert first.embed(QUERIES) == eager.embed(QUERIES)
+
+
+def test_without_onnx_runtime_the_traced_graph_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import raises ImportError
+    model = SentenceTransformerEmbedder(log_fallback=False)
+    assert model.graph.startswith(
+        "traced and frozen (ONNX Runtime: onnxruntime is not installed"
+    ), model.graph
+
+
+def test_an_unknown_runtime_is_refused() -> None:
+    with pytest.raises(ValueError, match="onnx, torchscript, eager"):
+        SentenceTransformerEmbedder(runtime="tensorrt")
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +318,7 @@ def pool() -> Iterator[EmbeddingPool]:
 async def test_the_embedding_processes_answer_as_one_at_a_time_embedding(
     pool: EmbeddingPool, eager: SentenceTransformerEmbedder, small_store: EdgeStore
 ) -> None:
-    assert pool.graph == "traced and frozen"
+    assert pool.graph == "ONNX Runtime"
     alone = [eager.embed([q])[0] for q in QUERIES]
     batcher = EmbeddingBatcher(pool)
     got: dict[int, list[float]] = {}
@@ -322,3 +365,13 @@ async def test_a_lone_query_to_the_real_model_waits_no_longer_than_the_window(
         assert timing.batch_size == 1
         assert timing.queue_ms < wait_ms + 15
         assert vector == pytest.approx(eager.embed([prompt])[0], abs=1e-5)
+
+
+def test_texts_share_a_forward_pass_only_with_texts_of_about_their_length() -> None:
+    lengths = [12, 99, 7, 95, 20, 14, 91, 13]
+    groups = padded_groups(lengths, call_tokens=8, most=64)
+    # Longest first; each group pads its rows to its first, by at most 8 tokens.
+    assert groups == [[1, 3, 6], [4, 5, 7, 0], [2]]
+    assert padded_groups(lengths, call_tokens=8, most=2) == [[1, 3], [6], [4, 5], [7, 0], [2]]
+    assert padded_groups([5, 5, 5], call_tokens=0, most=64) == [[0, 1, 2]]
+    assert padded_groups([], call_tokens=8, most=64) == []
