@@ -13,8 +13,8 @@ its own, and drives the gateway with the load tester's open-loop dispatcher from
 process. CPU time comes from /proc/<pid>/stat (utime + stime), the time spent runnable
 but waiting for a core from /proc/<pid>/task/*/schedstat: contention from other work on
 the machine changes the wall times much more than the CPU-ms. Configurations run one after
-the other in the same run: `before` runs the query model as the previous release did, in
-a worker thread of the gateway's own process; `after` with the shipped defaults; the
+the other in the same run: `before` runs the query model as the gateway first did, eagerly,
+in a worker thread of the gateway's own process; `after` with the shipped defaults; the
 others change one setting of `after`. (Qdrant Edge's one search thread and the collector's
 lower priority apply to every configuration: `after-qdrant8` undoes the first.)
 
@@ -70,7 +70,8 @@ GOOD = ("ok", "warn")
 
 # Gateway environment per configuration.
 CONFIGS: dict[str, dict[str, str]] = {
-    "before": {"SPANBUDGET_EMBEDDING_PROCESS": "false"},
+    # As the gateway first ran: the eager model in a worker thread of the gateway's process.
+    "before": {"SPANBUDGET_EMBEDDING_PROCESS": "false", "SPANBUDGET_EMBEDDING_RUNTIME": "eager"},
     "after": {},
     "after-1process": {"SPANBUDGET_EMBEDDING_PROCESSES": "1"},
     "after-nice0": {"SPANBUDGET_EMBEDDING_NICE": "0"},

@@ -13,7 +13,7 @@ from opentelemetry.trace import TracerProvider
 
 from spanbudget.service import semconv as sc
 from spanbudget.service.faults import NO_FAULTS, FaultPlan
-from spanbudget.service.tokens import TokenCounter
+from spanbudget.service.tokens import RecentCounts, TokenCounter
 from spanbudget.service.vectorstore import Hit
 
 __all__ = ["DEFAULT_TEMPLATES", "PromptBuilder", "RenderedPrompt"]
@@ -55,13 +55,14 @@ class PromptBuilder:
         self._template = env.get_template(template)
         self._template_id = template
         self._counter = counter
+        self._chunk_tokens = RecentCounts(counter)
         self._budget = context_token_budget
         self._tracer = tracer_provider.get_tracer(__name__)
 
     def fit(self, hits: Sequence[Hit]) -> tuple[list[Hit], int]:
         """Drop the lowest-scoring hits until the rest fit the budget; keep score order."""
         ranked = sorted(hits, key=lambda h: h.score, reverse=True)
-        sizes = [self._counter.count(h.text) for h in ranked]
+        sizes = [self._chunk_tokens.count(h.text) for h in ranked]
         total = sum(sizes)
         while ranked and total > self._budget:
             ranked.pop()

@@ -16,7 +16,7 @@ from spanbudget.service.ingest import Document, chunk_document, chunk_text, inge
 from spanbudget.service.prompt import PromptBuilder
 from spanbudget.service.settings import Settings
 from spanbudget.service.telemetry import build_tracer_provider
-from spanbudget.service.tokens import TokenCounter
+from spanbudget.service.tokens import RecentCounts, TokenCounter
 from spanbudget.service.vectorstore import EdgeStore, Hit
 
 
@@ -160,6 +160,59 @@ def test_prompt_drops_lowest_scoring_chunks_to_fit_the_budget(counter: TokenCoun
     assert span.name == "prompt.render"
     assert (span.attributes or {})["prompt.documents.dropped"] == 1
     assert (span.attributes or {})["gen_ai.usage.input_tokens"] == prompt.input_tokens
+    provider.shutdown()
+
+
+class _Tallying:
+    """The real tokenizer, counting how often it is asked to encode."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.inner = counter
+        self.encoded = 0
+
+    def encode(self, text: str) -> list[int]:
+        self.encoded += 1
+        return self.inner.encode(text)
+
+    def decode(self, tokens: list[int]) -> str:
+        return self.inner.decode(tokens)
+
+
+def test_recent_counts_answer_as_the_tokenizer_and_count_each_kept_text_once(
+    counter: TokenCounter,
+) -> None:
+    tally = _Tallying(counter)
+    counts = RecentCounts(TokenCounter(tally), most=2)
+    texts = ["alpha " * 50, "gamma, delta: epsilon", "naïve café 東京"]
+    assert [counts.count(t) for t in texts] == [counter.count(t) for t in texts]
+    assert (tally.encoded, len(counts)) == (3, 2)  # the first fell out, the newest two stay
+    assert counts.count(texts[2]) == counter.count(texts[2])
+    assert counts.count(texts[1]) == counter.count(texts[1])
+    assert tally.encoded == 3
+    assert counts.count(texts[0]) == counter.count(texts[0])  # counted again, once
+    assert tally.encoded == 4
+    # texts[0] took the place of the one used least recently: texts[2], not texts[1],
+    # which was looked up after it.
+    counts.count(texts[1])
+    assert tally.encoded == 4
+    counts.count(texts[2])
+    assert tally.encoded == 5
+    with pytest.raises(ValueError, match="at least 1"):
+        RecentCounts(counter, most=0)
+
+
+def test_the_prompt_counts_a_recurring_chunk_once(counter: TokenCounter) -> None:
+    tally = _Tallying(counter)
+    provider = build_tracer_provider(
+        "t", processor=SimpleSpanProcessor(InMemorySpanExporter()), env={}
+    )
+    builder = PromptBuilder(TokenCounter(tally), provider)
+    hits = _hits(counter)
+    first = builder.fit(hits)
+    encoded = tally.encoded
+    assert builder.fit(hits) == first
+    assert tally.encoded == encoded
+    assert first[1] == sum(counter.count(h.text) for h in hits)
     provider.shutdown()
 
 
