@@ -23,7 +23,6 @@ from spanbudget.testing.traces import rag_trace
 from tests.core.test_attribution_properties import BUDGET, NOW, span_trees
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO.parent / "shared" / "fixtures"
 PRESETS = ["genai", "openinference", "openlit", "openllmetry", "vllm", "vllm-v0"]
 EVENTS = ["First Token Stream Event", "gen_ai.content.completion.chunk", "other"]
 # Attributes that presets' selectors and marks read, to give random spans some of them.
@@ -125,15 +124,15 @@ def test_a_long_lived_evaluator_judges_as_a_new_one() -> None:
 
 
 @pytest.mark.parametrize("budget_name", ["budget.yaml", *PRESETS])
-def test_same_judgement_on_the_shared_fixtures(budget_name: str) -> None:
+def test_same_judgement_on_the_shared_fixtures(budget_name: str, shared_fixtures: Path) -> None:
     budget: Budget = (
         load_budget(REPO / budget_name).budget
         if budget_name.endswith(".yaml")
         else load_preset(budget_name).budget
     )
     evaluator = Evaluator(budget)
-    files = sorted((FIXTURES / "otlp").glob("*.json")) + sorted(
-        (FIXTURES / "jaeger").glob("*.json")
+    files = sorted((shared_fixtures / "otlp").glob("*.json")) + sorted(
+        (shared_fixtures / "jaeger").glob("*.json")
     )
     assert files
     for path in files:

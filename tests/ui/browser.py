@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,38 +22,45 @@ PLAYWRIGHT_CORE = "playwright-core@1.65.1"
 DRIVER = Path(__file__).with_name("browser.js")
 
 
-def install_playwright_core(folder: Path) -> Path:
-    """`npm install` playwright-core into `folder` once; return the folder to run node in."""
+def install_playwright_core(folder: Path, *, attempts: int = 3) -> Path:
+    """`npm install` playwright-core into `folder` once; return the folder to run node in.
+
+    The registry can fail a request: the install is tried `attempts` times, a few seconds
+    apart, and the last failure says what npm printed.
+    """
     marker = folder / "node_modules" / "playwright-core" / "package.json"
     if not marker.exists():
         npm = shutil.which("npm")
         if npm is None:
             raise RuntimeError("npm is missing: install Debian's nodejs and npm")
         folder.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                npm,
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--no-save",
-                "--prefix",
-                str(folder),
-                PLAYWRIGHT_CORE,
-            ],
-            check=True,
-            timeout=600,
-            capture_output=True,
-            env={"PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1", **_path_env()},
-        )
+        command = [
+            npm,
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--no-save",
+            "--prefix",
+            str(folder),
+            PLAYWRIGHT_CORE,
+        ]
+        # The whole environment: npm needs what the machine sets for TLS (on this one
+        # NODE_EXTRA_CA_CERTS; without it an install took a minute, or failed).
+        env = {**os.environ, "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"}
+        for attempt in range(1, attempts + 1):
+            done = subprocess.run(
+                command, timeout=600, capture_output=True, text=True, env=env, check=False
+            )
+            if done.returncode == 0:
+                break
+            if attempt == attempts:
+                raise RuntimeError(
+                    f"npm install {PLAYWRIGHT_CORE} failed {attempts} times; last "
+                    f"(exit {done.returncode}): {done.stderr.strip()[-2000:]}"
+                )
+            time.sleep(5 * attempt)
     shutil.copy(DRIVER, folder / "browser.js")
     return folder
-
-
-def _path_env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
 
 
 class Browser:
