@@ -1,15 +1,19 @@
 """The query model's transformer as a compiled graph: ONNX Runtime, or TorchScript.
 
-Eager PyTorch dispatches each of the model's few hundred operators from Python, and its
-matrix products for a query's few rows run on MKL, which on this project's reference
-machine (an AMD EPYC) reaches about 40 of the core's 90 GFLOP/s. Two graphs answer as the
-eager model does (to about 1e-7; 1e-5 is checked at load), and either can run a query:
+Eager PyTorch dispatches each of the model's few hundred operators from Python, which for
+a query's few rows costs more than the arithmetic: on one core of this project's 2-core
+machine (an Intel Xeon with AVX-512), a lone 12-token query takes 8.3 ms eagerly. Two
+graphs answer as the eager model does (to about 1e-7; 1e-5 is checked at load), and
+either can run a query:
 
 - `OnnxSentenceModel`: the transformer exported to ONNX (at load, through a temporary
-  file) and run by ONNX Runtime, whose own kernels compute a 10-token query in about half
-  the eager time;
+  file) and run by ONNX Runtime: 2.8 ms for that query;
 - `TracedSentenceModel`: traced, frozen (weights folded in as constants) and optimised for
-  inference as one TorchScript graph, about a fifth to a quarter faster than eager.
+  inference as one TorchScript graph: 4.2 ms.
+
+(On the machine before, an AMD EPYC whose MKL ran these thin matrix products at about 40
+of a core's 90 GFLOP/s, ONNX Runtime took about half the eager time, TorchScript three
+quarters.)
 
 Only the transformer is compiled: tokenising, pooling and normalising stay
 sentence-transformers' own modules. Both are checked against the eager model at load.
@@ -118,8 +122,9 @@ class _CompiledSentenceModel(abc.ABC):
     one's padding.
     """
 
-    # Tokens per row that one more forward pass costs (`padded_groups`); measured with one
-    # thread on the reference machine, where a call costs 2-4 ms and a token 0.3 ms.
+    # Tokens per row that one more forward pass costs (`padded_groups`). With one thread,
+    # a call cost 2-4 ms and a token 0.3 ms on the AMD machine; 1.5 ms and 0.12 ms on the
+    # Intel one, where any value from 0 to 16 embeds the demo's prompts within 4 %.
     _call_tokens = 8
 
     def __init__(self, model: Any) -> None:
@@ -183,7 +188,8 @@ class _CompiledSentenceModel(abc.ABC):
 class TracedSentenceModel(_CompiledSentenceModel):
     """The transformer as a traced, frozen TorchScript graph, optimised for inference."""
 
-    # A TorchScript call costs about 8 ms of dispatch and weight reads: 25 tokens' worth.
+    # A TorchScript call cost about 8 ms of dispatch and weight reads on the AMD machine,
+    # 25 tokens' worth (on the Intel one, 8 to 32 are within 5 % of each other).
     _call_tokens = 24
 
     def __init__(self, model: Any) -> None:

@@ -66,8 +66,8 @@ class Settings(BaseSettings):
     # does not wait on the event loop for the interpreter lock; false runs it in a thread.
     embedding_process: bool = True
     # How the model's transformer runs (embedding_graph.py), each with the eager model's
-    # vectors: "onnx", exported to ONNX Runtime, about half the CPU of eager PyTorch for a
-    # lone query; "torchscript", a frozen TorchScript graph, a fifth to a quarter less;
+    # vectors: "onnx", exported to ONNX Runtime, a third of eager PyTorch's CPU time for a
+    # lone query here; "torchscript", a frozen TorchScript graph, about half;
     # "eager". One that cannot run gives way to the next (logged).
     embedding_runtime: Literal["onnx", "torchscript", "eager"] = "onnx"
     # How many such processes: each computes one batch at a time, on a core of its own.
