@@ -224,7 +224,12 @@ def pct(values: list[float], q: float) -> float:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--data-dir", type=Path, default=Path("./data"))
-    parser.add_argument("--requests", type=int, default=150, help="requests per configuration")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=150,
+        help="requests at c=1 and for the tracing cost (c=10: ten times as many)",
+    )
     parser.add_argument("--sample-documents", type=int, default=25)
     parser.add_argument("--serve-stub", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="a short run (CI)")

@@ -132,7 +132,9 @@ class SentenceTransformerEmbedder:
         return self._dimension
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Normalised vectors, one per text (batched 64 at a time, sorted by length)."""
+        """Normalised vectors, one per text, each as if embedded alone (a compiled graph
+        groups texts of about the same token length, 64 at most; the eager model batches 64
+        at a time, sorted by length)."""
         if self._compiled is not None:
             vectors: list[list[float]] = self._compiled.encode(texts)
             return vectors

@@ -153,8 +153,11 @@ class _CompiledSentenceModel(abc.ABC):
         expected = self._model.encode(
             texts, normalize_embeddings=True, convert_to_tensor=True, show_progress_bar=False
         )
-        batched = self._embed_features(self._model.preprocess(texts))
-        alone = torch.cat([self._embed_features(self._model.preprocess([t])) for t in texts])
+        try:
+            batched = self._embed_features(self._model.preprocess(texts))
+            alone = torch.cat([self._embed_features(self._model.preprocess([t])) for t in texts])
+        except Exception as exc:  # a graph that fails on other shapes than it was built on
+            raise GraphUnavailable(f"the graph failed: {type(exc).__name__}: {exc}") from exc
         error = max(float((batched - expected).abs().max()), float((alone - expected).abs().max()))
         if error > _TOLERANCE:
             raise GraphUnavailable(f"the graph is {error:.1e} off the eager model")

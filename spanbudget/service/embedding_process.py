@@ -77,7 +77,7 @@ def _worker_main(
         torch.set_num_interop_threads(1)
     from spanbudget.service.embedding import SentenceTransformerEmbedder
 
-    # The parent logs a fallback to the eager model, once for all its children.
+    # The parent logs a fallback to a slower runtime, once for all its children.
     embedder = SentenceTransformerEmbedder(
         model_path, name=name, runtime=runtime, log_fallback=False
     )

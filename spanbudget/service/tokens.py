@@ -35,11 +35,12 @@ class TokenCounter:
 
 
 class RecentCounts:
-    """Token counts of the `most` texts counted last, each counted once while it is kept.
+    """Token counts of the `most` texts used most recently, each counted once while kept.
 
     For texts that recur, as retrieved chunks do (a corpus holds a bounded set and popular
     ones come back request after request): tokenising a few hundred words costs tenths of
-    a millisecond of the gateway's event loop, a lookup does not.
+    a millisecond of the gateway's event loop, a lookup does not. Not thread-safe: use it
+    from one thread (the gateway's event loop).
     """
 
     def __init__(self, counter: TokenCounter, *, most: int = 4096) -> None:

@@ -21,7 +21,7 @@ from spanbudget.service.embedding import (
     EmbeddingBatcher,
     SentenceTransformerEmbedder,
 )
-from spanbudget.service.embedding_graph import padded_groups
+from spanbudget.service.embedding_graph import OnnxSentenceModel, padded_groups
 from spanbudget.service.embedding_process import EmbeddingPool
 from spanbudget.service.ingest import default_corpus, ingest
 from spanbudget.service.vectorstore import EdgeStore
@@ -259,7 +259,20 @@ def test_a_compiled_graph_keeps_padding_out_of_short_queries(
     masked = graph._hidden(graph._inputs(features))
     assert not torch.allclose(unmasked[0], masked[0], atol=1e-3)
     # Embedding does not pad it that far: it shares a pass only with texts of its length.
-    with_long = compiled.embed([short, long, short])
+    widths: list[tuple[int, int]] = []
+    hidden = graph._hidden
+
+    def recording(inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        widths.append(tuple(inputs[0].shape))
+        return hidden(inputs)
+
+    graph._hidden = recording
+    try:
+        with_long = compiled.embed([short, long, short])
+    finally:
+        del graph._hidden
+    lengths = features["attention_mask"].sum(dim=1).tolist()
+    assert widths == [(1, lengths[1]), (2, lengths[0])]  # the long one, then both short
     assert with_long[0] == pytest.approx(expected, abs=1e-5)
     assert with_long[2] == pytest.approx(with_long[0], abs=1e-6)
 
@@ -300,6 +313,29 @@ def test_without_onnx_runtime_the_traced_graph_answers(
     assert model.graph.startswith(
         "traced and frozen (ONNX Runtime: onnxruntime is not installed"
     ), model.graph
+
+
+def test_a_graph_that_fails_or_disagrees_at_its_check_gives_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built = OnnxSentenceModel._hidden
+
+    def fails(self: OnnxSentenceModel, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        raise RuntimeError("no kernel for this shape")
+
+    monkeypatch.setattr(OnnxSentenceModel, "_hidden", fails)
+    model = SentenceTransformerEmbedder(log_fallback=False)
+    assert model.graph == (
+        "traced and frozen (ONNX Runtime: the graph failed: RuntimeError: no kernel for this shape)"
+    )
+
+    def disagrees(self: OnnxSentenceModel, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return built(self, inputs) * 1.01 + 0.01
+
+    monkeypatch.setattr(OnnxSentenceModel, "_hidden", disagrees)
+    model = SentenceTransformerEmbedder(log_fallback=False)
+    assert model.graph.startswith("traced and frozen (ONNX Runtime: the graph is "), model.graph
+    assert model.graph.endswith(" off the eager model)"), model.graph
 
 
 def test_an_unknown_runtime_is_refused() -> None:

@@ -48,15 +48,19 @@ def install_playwright_core(folder: Path, *, attempts: int = 3) -> Path:
         # NODE_EXTRA_CA_CERTS; without it an install took a minute, or failed).
         env = {**os.environ, "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"}
         for attempt in range(1, attempts + 1):
-            done = subprocess.run(
-                command, timeout=600, capture_output=True, text=True, env=env, check=False
-            )
-            if done.returncode == 0:
-                break
+            try:
+                done = subprocess.run(
+                    command, timeout=300, capture_output=True, text=True, env=env, check=False
+                )
+            except subprocess.TimeoutExpired:
+                failure = "timed out after 300 s"
+            else:
+                if done.returncode == 0:
+                    break
+                failure = f"exit {done.returncode}: {done.stderr.strip()[-2000:]}"
             if attempt == attempts:
                 raise RuntimeError(
-                    f"npm install {PLAYWRIGHT_CORE} failed {attempts} times; last "
-                    f"(exit {done.returncode}): {done.stderr.strip()[-2000:]}"
+                    f"npm install {PLAYWRIGHT_CORE} failed {attempts} times; last ({failure})"
                 )
             time.sleep(5 * attempt)
     shutil.copy(DRIVER, folder / "browser.js")
