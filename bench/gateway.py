@@ -187,8 +187,11 @@ def stage_times(spans: list[ReadableSpan], evaluator: Evaluator) -> dict[str, li
     now = datetime.now(UTC)
     for trace_spans in traces.values():
 
-        def span_ms(prefix: str, trace_spans: list[ReadableSpan] = trace_spans) -> float:
-            span = next(s for s in trace_spans if s.name.startswith(prefix))
+        def named(prefix: str, trace_spans: list[ReadableSpan] = trace_spans) -> ReadableSpan:
+            return next(s for s in trace_spans if s.name.startswith(prefix))
+
+        def span_ms(prefix: str) -> float:
+            span = named(prefix)
             assert span.start_time is not None
             assert span.end_time is not None
             return (span.end_time - span.start_time) / 1e6
@@ -205,8 +208,7 @@ def stage_times(spans: list[ReadableSpan], evaluator: Evaluator) -> dict[str, li
         out["  embeddings (span)"].append(span_ms("embeddings "))
         out["  embeddings.queue (span)"].append(span_ms(sc.SPAN_EMBEDDINGS_QUEUE))
         out["  embeddings.loop_wait (span)"].append(span_ms(sc.SPAN_EMBEDDINGS_LOOP_WAIT))
-        embeddings = next(s for s in trace_spans if s.name.startswith("embeddings "))
-        attributes = embeddings.attributes or {}
+        attributes = named("embeddings ").attributes or {}
         out["  model call (compute_ms)"].append(float(attributes[sc.EMBEDDINGS_COMPUTE_MS]))
         out["  queries in the call"].append(float(attributes[sc.EMBEDDINGS_BATCH_SIZE]))
         out["  query (span)"].append(span_ms("query "))

@@ -10,7 +10,7 @@ import httpx
 from fastapi import FastAPI
 from opentelemetry.trace import TracerProvider
 
-from spanbudget.service.embedding import BatchEmbedder, Embedder
+from spanbudget.service.embedding import RUNTIME_NAMES, BatchEmbedder, Embedder
 from spanbudget.service.gateway.app import create_app
 from spanbudget.service.llm_client import LLMClient
 from spanbudget.service.prompt import PromptBuilder
@@ -50,7 +50,7 @@ def build_embedder(settings: Settings) -> tuple[Embedder | BatchEmbedder, Callab
         )
         pids = ", ".join(map(str, pool.pids))
         log.info("query embeddings in process %s, %s, %s", pids, pool.priority, pool.graph)
-        if "(" in pool.graph:  # a faster runtime than the one answering could not run
+        if pool.graph != RUNTIME_NAMES[settings.embedding_runtime]:  # a fallback
             log.warning("query model runs %s", pool.graph)
         return pool, pool.close
     if settings.embedding_threads:

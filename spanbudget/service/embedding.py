@@ -12,12 +12,13 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import anyio
 
 __all__ = [
     "RUNTIMES",
+    "RUNTIME_NAMES",
     "BatchEmbedder",
     "BatchResult",
     "Embedder",
@@ -51,8 +52,15 @@ class Embedder(Protocol):
 
 # How the query model's transformer can run, fastest first (embedding_graph.py): each
 # falls back to the next when it cannot be built or does not answer as the eager model.
-RUNTIMES = ("onnx", "torchscript", "eager")
-_RUNTIME_NAMES = {"onnx": "ONNX Runtime", "torchscript": "traced and frozen", "eager": "eager"}
+Runtime = Literal["onnx", "torchscript", "eager"]
+RUNTIMES: tuple[Runtime, ...] = get_args(Runtime)
+# What `graph` says when the runtime asked for answers; after a fallback, the name of the
+# one that answers, then why the faster ones could not, in parentheses.
+RUNTIME_NAMES: dict[Runtime, str] = {
+    "onnx": "ONNX Runtime",
+    "torchscript": "traced and frozen",
+    "eager": "eager",
+}
 
 
 class SentenceTransformerEmbedder:
@@ -72,7 +80,7 @@ class SentenceTransformerEmbedder:
         model_path: str | None = None,
         *,
         name: str = "all-MiniLM-L6-v2",
-        runtime: str = "onnx",
+        runtime: Runtime = "onnx",
         log_fallback: bool = True,
     ) -> None:
         from sentence_transformers import SentenceTransformer
@@ -93,7 +101,7 @@ class SentenceTransformerEmbedder:
         for texts in (["warm-up"], ["warm-up", "a longer warm-up query"], ["warm-up"]):
             self.embed(texts)
 
-    def _compile(self, runtime: str, log_fallback: bool) -> str:
+    def _compile(self, runtime: Runtime, log_fallback: bool) -> str:
         """Build the fastest graph from `runtime` on; say which one answers."""
         global _fallback_logged
         from spanbudget.service.embedding_graph import (
@@ -104,18 +112,16 @@ class SentenceTransformerEmbedder:
 
         builders = {"onnx": OnnxSentenceModel, "torchscript": TracedSentenceModel}
         reasons: list[str] = []
-        chosen = "eager"
-        for candidate in RUNTIMES[RUNTIMES.index(runtime) :]:
-            if candidate == "eager":
-                break
+        answering: Runtime = "eager"
+        for candidate in RUNTIMES[RUNTIMES.index(runtime) : -1]:  # the compiled ones
             try:
                 self._compiled = builders[candidate](self._model)
             except GraphUnavailable as exc:
-                reasons.append(f"{_RUNTIME_NAMES[candidate]}: {exc}")
-                continue
-            chosen = candidate
-            break
-        described = _RUNTIME_NAMES[chosen]
+                reasons.append(f"{RUNTIME_NAMES[candidate]}: {exc}")
+            else:
+                answering = candidate
+                break
+        described = RUNTIME_NAMES[answering]
         if reasons:
             described += f" ({'; '.join(reasons)})"
             if log_fallback and not _fallback_logged:

@@ -38,8 +38,6 @@ import torch
 
 __all__ = ["GraphUnavailable", "OnnxSentenceModel", "TracedSentenceModel", "padded_groups"]
 
-log = logging.getLogger(__name__)
-
 # Traced and exported on a padded batch, so that the graph keeps the attention mask as an
 # input; checked on other lengths than it was built with, padded and alone.
 _TRACE_TEXTS = ("a short query", "a longer query, padded to the length of the other one")

@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from spanbudget.service.embedding import BatchResult, EmbeddingUnavailable
+from spanbudget.service.embedding import BatchResult, EmbeddingUnavailable, Runtime
 
 __all__ = ["EmbeddingPool", "EmbeddingProcess", "EmbeddingWorkerError"]
 
@@ -57,7 +57,7 @@ def _raise_priority(nice: int) -> str:
 
 
 def _worker_main(
-    conn: Connection, model_path: str | None, name: str, threads: int, nice: int, runtime: str
+    conn: Connection, model_path: str | None, name: str, threads: int, nice: int, runtime: Runtime
 ) -> None:
     # The parent stops this process through the pipe, or by ending (the pipe then closes).
     # Signals to the gateway's process group (Ctrl-C, a supervisor's SIGTERM) must not end
@@ -125,7 +125,7 @@ class EmbeddingProcess:
         name: str = "all-MiniLM-L6-v2",
         threads: int = 1,
         nice: int = 0,
-        runtime: str = "onnx",
+        runtime: Runtime = "onnx",
         startup_timeout_s: float = _STARTUP_TIMEOUT_SECONDS,
         wait: bool = True,
     ) -> None:

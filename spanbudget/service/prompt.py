@@ -3,6 +3,7 @@ and render the Jinja2 template, counting tokens with the served model's tokenize
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from opentelemetry.trace import TracerProvider
 
 from spanbudget.service import semconv as sc
 from spanbudget.service.faults import NO_FAULTS, FaultPlan
-from spanbudget.service.tokens import RecentCounts, TokenCounter
+from spanbudget.service.tokens import TokenCounter
 from spanbudget.service.vectorstore import Hit
 
 __all__ = ["DEFAULT_TEMPLATES", "PromptBuilder", "RenderedPrompt"]
@@ -42,6 +43,7 @@ class PromptBuilder:
         template: str = "rag.j2",
         templates_dir: Path | None = None,
         context_token_budget: int = 1500,
+        chunk_counts_kept: int = 4096,
     ) -> None:
         search_path = [str(templates_dir)] if templates_dir else []
         search_path.append(str(DEFAULT_TEMPLATES))
@@ -55,14 +57,18 @@ class PromptBuilder:
         self._template = env.get_template(template)
         self._template_id = template
         self._counter = counter
-        self._chunk_tokens = RecentCounts(counter)
+        # Retrieved chunks recur (a corpus holds a bounded set, and popular ones come back
+        # request after request): each is tokenised once while it is among the
+        # `chunk_counts_kept` used most recently (0: none), not a few tenths of a
+        # millisecond of the event loop on every request.
+        self._chunk_tokens = functools.lru_cache(maxsize=chunk_counts_kept)(counter.count)
         self._budget = context_token_budget
         self._tracer = tracer_provider.get_tracer(__name__)
 
     def fit(self, hits: Sequence[Hit]) -> tuple[list[Hit], int]:
         """Drop the lowest-scoring hits until the rest fit the budget; keep score order."""
         ranked = sorted(hits, key=lambda h: h.score, reverse=True)
-        sizes = [self._chunk_tokens.count(h.text) for h in ranked]
+        sizes = [self._chunk_tokens(h.text) for h in ranked]
         total = sum(sizes)
         while ranked and total > self._budget:
             ranked.pop()

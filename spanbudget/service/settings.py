@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from spanbudget.service.embedding import Runtime
 from spanbudget.service.tokens import DEFAULT_TOKENIZER
 from spanbudget.serving import parse_listen
 
@@ -69,7 +70,7 @@ class Settings(BaseSettings):
     # vectors: "onnx", exported to ONNX Runtime, a third of eager PyTorch's CPU time for a
     # lone query here; "torchscript", a frozen TorchScript graph, about half;
     # "eager". One that cannot run gives way to the next (logged).
-    embedding_runtime: Literal["onnx", "torchscript", "eager"] = "onnx"
+    embedding_runtime: Runtime = "onnx"
     # How many such processes: each computes one batch at a time, on a core of its own.
     # Two on a 2-core machine answer a burst's overlapping queries side by side instead of
     # in ever larger batches, whose forward passes take ever longer.

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Protocol
 
-__all__ = ["DEFAULT_TOKENIZER", "RecentCounts", "TokenCounter", "Tokenizer", "load_tokenizer"]
+__all__ = ["DEFAULT_TOKENIZER", "TokenCounter", "Tokenizer", "load_tokenizer"]
 
 DEFAULT_TOKENIZER = "qwen2.5-72b-instruct"
 
@@ -32,37 +31,6 @@ class TokenCounter:
 
     def decode(self, tokens: list[int]) -> str:
         return self._tokenizer.decode(tokens)
-
-
-class RecentCounts:
-    """Token counts of the `most` texts used most recently, each counted once while kept.
-
-    For texts that recur, as retrieved chunks do (a corpus holds a bounded set and popular
-    ones come back request after request): tokenising a few hundred words costs tenths of
-    a millisecond of the gateway's event loop, a lookup does not. Not thread-safe: use it
-    from one thread (the gateway's event loop).
-    """
-
-    def __init__(self, counter: TokenCounter, *, most: int = 4096) -> None:
-        if most < 1:
-            raise ValueError(f"most must be at least 1, not {most}")
-        self._counter = counter
-        self._most = most
-        self._counts: OrderedDict[str, int] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._counts)
-
-    def count(self, text: str) -> int:
-        counts = self._counts
-        known = counts.get(text)
-        if known is not None:
-            counts.move_to_end(text)
-            return known
-        counted = counts[text] = self._counter.count(text)
-        if len(counts) > self._most:
-            counts.popitem(last=False)
-        return counted
 
 
 def load_tokenizer(name: str = DEFAULT_TOKENIZER) -> TokenCounter:

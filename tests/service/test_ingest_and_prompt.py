@@ -16,7 +16,7 @@ from spanbudget.service.ingest import Document, chunk_document, chunk_text, inge
 from spanbudget.service.prompt import PromptBuilder
 from spanbudget.service.settings import Settings
 from spanbudget.service.telemetry import build_tracer_provider
-from spanbudget.service.tokens import RecentCounts, TokenCounter
+from spanbudget.service.tokens import TokenCounter
 from spanbudget.service.vectorstore import EdgeStore, Hit
 
 
@@ -178,29 +178,6 @@ class _Tallying:
         return self.inner.decode(tokens)
 
 
-def test_recent_counts_answer_as_the_tokenizer_and_count_each_kept_text_once(
-    counter: TokenCounter,
-) -> None:
-    tally = _Tallying(counter)
-    counts = RecentCounts(TokenCounter(tally), most=2)
-    texts = ["alpha " * 50, "gamma, delta: epsilon", "naïve café 東京"]
-    assert [counts.count(t) for t in texts] == [counter.count(t) for t in texts]
-    assert (tally.encoded, len(counts)) == (3, 2)  # the first fell out, the newest two stay
-    assert counts.count(texts[2]) == counter.count(texts[2])
-    assert counts.count(texts[1]) == counter.count(texts[1])
-    assert tally.encoded == 3
-    assert counts.count(texts[0]) == counter.count(texts[0])  # counted again, once
-    assert tally.encoded == 4
-    # texts[0] took the place of the one used least recently: texts[2], not texts[1],
-    # which was looked up after it.
-    counts.count(texts[1])
-    assert tally.encoded == 4
-    counts.count(texts[2])
-    assert tally.encoded == 5
-    with pytest.raises(ValueError, match="at least 1"):
-        RecentCounts(counter, most=0)
-
-
 def test_the_prompt_counts_a_recurring_chunk_once(counter: TokenCounter) -> None:
     tally = _Tallying(counter)
     provider = build_tracer_provider(
@@ -209,10 +186,23 @@ def test_the_prompt_counts_a_recurring_chunk_once(counter: TokenCounter) -> None
     builder = PromptBuilder(TokenCounter(tally), provider)
     hits = _hits(counter)
     first = builder.fit(hits)
-    encoded = tally.encoded
+    assert tally.encoded == len(hits)
     assert builder.fit(hits) == first
-    assert tally.encoded == encoded
+    assert tally.encoded == len(hits)
     assert first[1] == sum(counter.count(h.text) for h in hits)
+    # The counts kept are bounded: with room for two, the third chunk pushes the one used
+    # least recently out, and it is counted again when it comes back.
+    tally.encoded = 0
+    bounded = PromptBuilder(TokenCounter(tally), provider, chunk_counts_kept=2)
+    bounded.fit(hits[:2])  # the first two, counted
+    bounded.fit(hits[:1])  # the first again: kept, and now used after the second
+    assert tally.encoded == 2
+    bounded.fit(hits[2:])  # the third pushes the second out
+    bounded.fit(hits[:1])  # the first: still kept
+    assert tally.encoded == 3
+    bounded.fit(hits[1:2])  # the second: counted again
+    assert tally.encoded == 4
+    assert bounded.fit(hits) == first
     provider.shutdown()
 
 
