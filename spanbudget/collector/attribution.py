@@ -18,7 +18,7 @@ from spanbudget.collector.semconv import (
     VLLM_LATENCY_TTFT,
     VLLM_REQUEST_SPAN,
 )
-from spanbudget.collector.spans import AttrValue, Span, SpanKind
+from spanbudget.collector.spans import AttrValue, Span, SpanKind, seconds_value
 
 __all__ = ["Classifier", "Node", "Tree", "assemble", "attribute_window"]
 
@@ -87,13 +87,6 @@ def _node(span: Span, offset: int, depth: int, parent: Node | None) -> Node:
     )
 
 
-def _seconds(attributes: Mapping[str, AttrValue], key: str) -> float | None:
-    value = attributes.get(key)
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    return None
-
-
 def _expand_vllm(node: Node) -> None:
     """Add vLLM's phases as virtual children: frontend, queue, prefill, decode.
 
@@ -101,11 +94,11 @@ def _expand_vllm(node: Node) -> None:
     vLLM before 0.10.2 (the V0 engine) reports no prefill time; its queue time runs from
     arrival, so the prefill is the rest of the time to the first token and no frontend.
     """
-    ttft = _seconds(node.attributes, VLLM_LATENCY_TTFT)
+    ttft = seconds_value(node.attributes.get(VLLM_LATENCY_TTFT))
     if ttft is None:
         return
-    queue = _seconds(node.attributes, VLLM_LATENCY_QUEUE) or 0.0
-    prefill = _seconds(node.attributes, VLLM_LATENCY_PREFILL)
+    queue = seconds_value(node.attributes.get(VLLM_LATENCY_QUEUE)) or 0.0
+    prefill = seconds_value(node.attributes.get(VLLM_LATENCY_PREFILL))
     if prefill is None:
         prefill = max(0.0, ttft - queue)
     start, end = node.start, node.end

@@ -13,7 +13,7 @@ from spanbudget.collector.attribution import Node, Tree, assemble, attribute_win
 from spanbudget.collector.budget import Budget, FirstTokenMark, Selector, WhenAbsent
 from spanbudget.collector.flat import Flat, attribute_flat, first_token_flat, flatten
 from spanbudget.collector.semconv import LOADTEST_PREFIX
-from spanbudget.collector.spans import AttrValue, Span
+from spanbudget.collector.spans import AttrValue, Span, seconds_value
 from spanbudget.collector.stage_table import StageTable
 from spanbudget.collector.verdict import SEVERITY as _SEVERITY
 from spanbudget.collector.verdict import StageResult, Status, Verdict, new_stage_result
@@ -385,10 +385,8 @@ def _first_token(tree: Tree, marks: tuple[_Mark, ...], spans: Sequence[Span]) ->
         attributes = node.attributes
         for key, names, anchor, match in marks:
             if key is not None:
-                value = attributes.get(key)
-                if not (isinstance(value, int | float) and not isinstance(value, bool)) or (
-                    value < 0
-                ):
+                value = seconds_value(attributes.get(key))
+                if value is None:
                     continue
                 if match and not _carries(match, node, node is root):
                     continue

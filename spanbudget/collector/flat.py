@@ -10,7 +10,7 @@ hold the two paths to identical verdicts (tests/core/test_fast_path.py).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 
 from spanbudget.collector.budget import Selector
 from spanbudget.collector.semconv import (
@@ -19,7 +19,7 @@ from spanbudget.collector.semconv import (
     VLLM_LATENCY_TTFT,
     VLLM_REQUEST_SPAN,
 )
-from spanbudget.collector.spans import AttrValue, Span, SpanKind
+from spanbudget.collector.spans import Span, SpanKind, seconds_value
 from spanbudget.collector.stage_table import PHASES, StageTable, Walk, resolve
 
 __all__ = ["Flat", "attribute_flat", "first_token_flat", "flatten"]
@@ -203,23 +203,16 @@ def _run(spans: Sequence[Span], walk: Walk, table: StageTable) -> Flat:
     return flat
 
 
-def _seconds(attributes: Mapping[str, AttrValue], key: str) -> float | None:
-    value = attributes.get(key)
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    return None
-
-
 def _add_phases(flat: Flat, index: int, table: StageTable) -> None:
     """`attribution._expand_vllm`: vLLM's phases as children of node `index`."""
     span = flat.spans[index]
     assert span is not None
     attributes = span.attributes
-    ttft = _seconds(attributes, VLLM_LATENCY_TTFT)
+    ttft = seconds_value(attributes.get(VLLM_LATENCY_TTFT))
     if ttft is None:
         return
-    queue = _seconds(attributes, VLLM_LATENCY_QUEUE) or 0.0
-    prefill = _seconds(attributes, VLLM_LATENCY_PREFILL)
+    queue = seconds_value(attributes.get(VLLM_LATENCY_QUEUE)) or 0.0
+    prefill = seconds_value(attributes.get(VLLM_LATENCY_PREFILL))
     if prefill is None:
         prefill = max(0.0, ttft - queue)
     start, end = flat.start[index], flat.end[index]
@@ -267,9 +260,8 @@ def first_token_flat(flat: Flat, marks: tuple[_Mark, ...]) -> int | None:
                 value = attributes.get(key)
                 if value is None:
                     continue
-                if not (isinstance(value, int | float) and not isinstance(value, bool)) or (
-                    value < 0
-                ):
+                value = seconds_value(value)
+                if value is None:
                     continue
                 if match and not _carries(match, span, i == 0):
                     continue

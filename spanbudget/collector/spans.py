@@ -8,6 +8,7 @@ events by name (OTLP span events, Jaeger span logs), which first-token marks may
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -19,6 +20,7 @@ __all__ = [
     "SpanKind",
     "first_events",
     "group_by_trace",
+    "seconds_value",
 ]
 
 AttrValue = str | bool | int | float | Sequence[str | bool | int | float]
@@ -112,3 +114,16 @@ def group_by_trace(spans: Iterable[Span]) -> dict[str, list[Span]]:
     for span in spans:
         traces.setdefault(span.trace_id, []).append(span)
     return traces
+
+
+def seconds_value(value: AttrValue | None) -> float | None:
+    """An attribute's value read as seconds (a first-token mark, a vLLM phase), or None:
+    only a non-negative int or float (not a bool) whose nanoseconds a float can hold says
+    anything; NaN, infinities and numbers too large for that are ignored, as absent."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if seconds >= 0 and math.isfinite(seconds * 1e9) else None

@@ -3,18 +3,23 @@ after the span start or after a child's end, events, `match`, and their order.""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
 
 from spanbudget.collector.budget import Budget
-from spanbudget.collector.budget_file import parse_budget
+from spanbudget.collector.budget_file import load_budget, parse_budget
 from spanbudget.collector.evaluate import Evaluator
-from spanbudget.collector.spans import Span, SpanEvent, SpanKind
+from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind
 from spanbudget.collector.verdict import Status, Verdict
-from spanbudget.testing.traces import T0_NS, TraceBuilder
+from spanbudget.testing.traces import T0_NS, TraceBuilder, rag_trace
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 MS = 1_000_000
+REFERENCE = load_budget(Path(__file__).resolve().parents[2] / "budget.yaml").budget
 
 BUDGET = """\
 version: 1
@@ -157,3 +162,24 @@ def test_without_first_token_the_default_marks_ignore_events() -> None:
     with_events(b, b.spans[1].span_id, ("chunk.new", 33.0))
     default = parse_budget((BUDGET % "").replace("\n\n", "\n")).budget
     assert judge(default, b.spans).status is Status.INCOMPLETE
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, 1e300, 10**400, -0.01, True, "0.04"])
+def test_a_mark_that_is_no_finite_number_of_seconds_says_nothing(value: AttrValue) -> None:
+    """NaN, an infinity, seconds whose nanoseconds overflow a float, a negative value, a
+    bool or text: the mark is ignored, as if absent, and the next one counts (these used
+    to stop the evaluator with ValueError or OverflowError)."""
+    b = rag_trace()
+    b.spans[0] = replace(
+        b.spans[0],
+        attributes={**b.spans[0].attributes, "gen_ai.response.time_to_first_chunk": value},
+    )
+    b.spans[-1] = replace(
+        b.spans[-1],
+        attributes={**b.spans[-1].attributes, "gen_ai.latency.time_in_queue": value},
+    )
+    verdict = Evaluator(REFERENCE).evaluate(b.spans, evaluated_at=NOW)
+    assert verdict is not None
+    # The gateway's own mark gives the first token instead: 135 ms after its start at 5.
+    assert verdict.ttft_ms == 140.0
+    assert "vllm.queue" not in verdict.stage("prefill").breakdown
