@@ -13,7 +13,8 @@ $(BIN)/python:
 
 # torch is pinned in the same install as everything else so that no CUDA build is pulled:
 # the package itself pins no torch (see pyproject.toml's reference extra).
-$(STAMP): pyproject.toml | $(BIN)/python
+# The install also compiles the evaluator's fast path (setup.py): a change to it rebuilds.
+$(STAMP): pyproject.toml setup.py spanbudget/collector/_judge.pyx | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0 -e '.[reference,dev]'
 	touch $(STAMP)
@@ -26,6 +27,7 @@ test: $(STAMP) lint typecheck unit
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/cython-lint --max-line-length 100 spanbudget
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -8,7 +8,8 @@ executes, which do not depend on what else runs. Each checkout is counted twice:
 building the traces and a long-lived `Evaluator` and judging a warm-up share of them
 (pass 0), once doing the same and then judging every trace (pass 1); the difference over
 the number of traces is the cost of one 12-span trace, start-up and imports left out.
-The floor is counted the same way: the minimal tree walk of bench/evaluate.py.
+The floor is counted the same way: the minimal tree walk of bench/evaluate.py. Where the
+compiled path is built, the pure-Python path is counted beside it.
 
 `--against` counts a second checkout (another release) in the same run, for a ratio.
 valgrind comes from Debian (`apt-get install valgrind`). `--quick` (CI) counts 200 traces
@@ -38,7 +39,8 @@ def child(root: Path, what: str, passes: int, count: int) -> None:
     from spanbudget.collector.evaluate import Evaluator
 
     budget = load_budget(root / "budget.yaml").budget
-    evaluator = Evaluator(budget)
+    # "evaluate": the path the collector takes (compiled where built); "pure": the other.
+    evaluator = Evaluator(budget, compiled=False) if what == "pure" else Evaluator(budget)
     traces = make_traces(count)
     now = datetime.now(UTC)
     for trace in traces[: max(1, count // 10)]:  # warm: memos filled, as in a long run
@@ -46,7 +48,7 @@ def child(root: Path, what: str, passes: int, count: int) -> None:
         tree_walk(trace)
     for _ in range(passes):
         for trace in traces:
-            if what == "evaluate":
+            if what in ("evaluate", "pure"):
                 evaluator.evaluate(trace, evaluated_at=now)
             else:
                 tree_walk(trace)
@@ -100,14 +102,20 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    roots = [("this checkout", REPO)]
+    from spanbudget.collector.evaluate import COMPILED
+
+    floor = None if args.quick else per_trace(valgrind, REPO, "walk", args.traces)
+    path = "compiled" if COMPILED else "pure Python, the compiled path not built"
+    rows: list[tuple[str, float, float | None]] = [
+        (f"this checkout, {path}", per_trace(valgrind, REPO, "evaluate", args.traces), floor)
+    ]
+    if COMPILED:
+        pure = per_trace(valgrind, REPO, "pure", args.traces)
+        rows.append(("this checkout, pure Python", pure, floor))
     if args.against is not None:
-        roots.append((str(args.against), args.against.resolve()))
-    rows: list[tuple[str, float, float | None]] = []
-    for label, root in roots:
-        judged = per_trace(valgrind, root, "evaluate", args.traces)
-        floor = None if args.quick else per_trace(valgrind, root, "walk", args.traces)
-        rows.append((label, judged, floor))
+        other = args.against.resolve()
+        walk = None if args.quick else per_trace(valgrind, other, "walk", args.traces)
+        rows.append((str(args.against), per_trace(valgrind, other, "evaluate", args.traces), walk))
 
     table = Table(title=f"instructions per 12-span trace (callgrind, {args.traces} traces)")
     for column in ("checkout", "evaluate (long-lived)", "floor: tree walk", "÷ floor", "ratio"):
@@ -122,11 +130,11 @@ def main() -> None:
             f"{judged / first:.3f}",
         )
     Console().print(table)
-    if len(rows) > 1:
-        print(f"this checkout ÷ {rows[1][0]}: {first / rows[1][1]:.3f}")
+    for label, judged, _ in rows[1:]:
+        print(f"{rows[0][0]} ÷ {label}: {first / judged:.3f}")
     record(
         "instructions",
-        "evaluator, instructions / 12-span trace",
+        f"evaluator, instructions / 12-span trace ({path.split(',')[0]})",
         first,
         "instructions",
         aim="fewer than the release before (deterministic, not wall clock)",

@@ -7,8 +7,10 @@ side in one run: the raw protobuf decode of the same payloads (best of 5), decod
 conversion to spans (best of 3: the floor of the collector's own work, which every
 figure is a ratio to), the full in-process pipeline (decode, queue, tail-based assembly,
 evaluation, metrics, SQLite WAL store) with CPython's default GC and then with the GC
-settings `spanbudget collect` applies (`live/gc_settings.py`), and the same through HTTP
-(uvicorn, with the sending client in the same process on the same core).
+settings `spanbudget collect` applies (`live/gc_settings.py`), the same with the
+pure-Python evaluator where the compiled one is built (before and after it, in one run),
+and the same through HTTP (uvicorn, with the sending client in the same process on the
+same core).
 `--quick` judges a few hundred traces: it checks the bench runs, not its numbers.
 """
 
@@ -21,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.evaluate import COMPILED, Evaluator
 from spanbudget.collector.live.api import create_app
 from spanbudget.collector.live.gc_settings import tune_for_throughput
 from spanbudget.collector.live.metrics import CollectorMetrics
@@ -79,7 +83,9 @@ def timed(run: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def build_pipeline(db: Path, spans: int, *, keep_spans: bool = False) -> Pipeline:
+def build_pipeline(
+    db: Path, spans: int, *, keep_spans: bool = False, compiled: bool | None = None
+) -> Pipeline:
     settings = CollectorSettings(
         db_path=db,
         budget_path=REPO / "budget.yaml",
@@ -102,6 +108,7 @@ def build_pipeline(db: Path, spans: int, *, keep_spans: bool = False) -> Pipelin
         metrics=CollectorMetrics(CollectorRegistry()),
         store=store,
         spans=kept,
+        make_evaluator=partial(Evaluator, compiled=compiled),
     )
     pipeline.start()
     return pipeline
@@ -160,9 +167,22 @@ def main() -> None:
         tune_for_throughput()  # as `spanbudget collect` runs, from here on
 
         pipeline = build_pipeline(Path(tmp) / "a.db", spans)
-        rows.append(("full pipeline, in-process", timed(lambda: in_process(pipeline))))
+        path = "compiled evaluator" if COMPILED else "pure-Python evaluator (compiled not built)"
+        rows.append((f"full pipeline, in-process, {path}", timed(lambda: in_process(pipeline))))
         judged_a = stored(pipeline)
         pipeline.close()
+        headline = len(rows) - 1
+
+        if COMPILED:  # the release before, and installs where no C compiler built it
+            pure = build_pipeline(Path(tmp) / "p" / "a.db", spans, compiled=False)
+            rows.append(
+                (
+                    "full pipeline, in-process, pure-Python evaluator",
+                    timed(lambda: in_process(pure)),
+                )
+            )
+            assert stored(pure) == args.traces
+            pure.close()
 
         keeping = build_pipeline(Path(tmp) / "k" / "a.db", spans, keep_spans=True)
         kept = keeping.spans
@@ -218,10 +238,10 @@ def main() -> None:
             f"{rate / converted:.3f}",
         )
     Console(width=120).print(table)
-    full = spans / rows[3][1]
+    full = spans / rows[headline][1]
     record(
         "pipeline",
-        "collector, in-process, one core",
+        f"collector, in-process, one core, {path}",
         full,
         "spans/s",
         aim="≥ 50,000 spans/s (first bar 35,000)",

@@ -19,7 +19,14 @@ from spanbudget.collector.verdict import SEVERITY as _SEVERITY
 from spanbudget.collector.verdict import StageResult, Status, Verdict, new_stage_result
 from spanbudget.semconv import GEN_AI_REQUEST_MODEL
 
-__all__ = ["Evaluator", "Judged", "evaluate", "first_token_ns"]
+__all__ = ["COMPILED", "Evaluator", "Judged", "evaluate", "first_token_ns"]
+
+try:  # the fast path compiled (_judge.pyx, built by setup.py where a C compiler is)
+    from spanbudget.collector import _judge
+except ImportError:
+    _judge = None  # type: ignore[assignment]
+
+COMPILED = _judge is not None  # whether this install has the compiled fast path
 
 _NS_PER_MS = 1_000_000
 _UNIT_NS = 10_000  # verdict times are rounded to 0.01 ms
@@ -53,9 +60,15 @@ class Evaluator:
     Holds only the budget, compiled: the stage selectors as a bounded memo of decisions
     per span shape (spans of one service repeat the same few shapes) and the first-token
     marks as a table.
+
+    Three paths give the same judgements (tests hold them to it): the compiled fast path
+    (`_judge.pyx`), used when it was built unless `compiled=False`; the pure-Python fast
+    path (`flat`), for the traces the compiled one hands back and where it was not built;
+    and the reference path on a `Node` tree, for `keep_tree` and for spans in a parent
+    cycle. `compiled=True` insists on the compiled path (ImportError without it).
     """
 
-    def __init__(self, budget: Budget) -> None:
+    def __init__(self, budget: Budget, *, compiled: bool | None = None) -> None:
         self.budget = budget
         # Stage matching compiled once: a dict look-up per span shape, and the attributes
         # the remaining selectors read (DESIGN §5 rule 4).
@@ -64,6 +77,21 @@ class Evaluator:
         )
         self._stage_names = budget.stage_names()
         self._marks = _mark_table(budget.first_token)
+        if compiled and _judge is None:
+            raise ImportError(
+                "spanbudget's compiled evaluator is not built here: reinstall spanbudget "
+                "where a C compiler is (pip install builds it), or pass compiled=False"
+            )
+        self._compiled = (
+            _judge.CompiledJudge(budget, self._table, self._marks, Judged, _round_ms)
+            if _judge is not None and compiled is not False
+            else None
+        )
+
+    @property
+    def compiled(self) -> bool:
+        """Whether this evaluator judges on the compiled fast path."""
+        return self._compiled is not None
 
     def evaluate(self, spans: Sequence[Span], *, evaluated_at: datetime) -> Verdict | None:
         """The verdict of one trace, or None when no span matches any stage (not judged)."""
@@ -80,6 +108,10 @@ class Evaluator:
         `tree.release()` when done with it.
         """
         if not keep_tree:
+            if self._compiled is not None:
+                judged = self._compiled.judge(spans, evaluated_at)
+                if judged is None or isinstance(judged, Judged):
+                    return judged  # else it handed the trace back: judged below
             flat = flatten(spans, self._table)
             if flat is not None:
                 return self._judge_flat(spans, flat, evaluated_at)

@@ -84,7 +84,7 @@ def test_collect_reloads_on_sighup_and_flushes_on_sigterm(tmp_path: Path) -> Non
 
             wait_until(up, "the collector to listen")
             assert f"listening on http://127.0.0.1:{port}" in log_path.read_text()
-            assert "decision wait 0.2s" in log_path.read_text()
+            assert "decision wait 0.2s, compiled evaluator" in log_path.read_text()
             assert _judged(client, "1" * 32)["budget"] == "rag-ttft"
 
             budget.write_text(original.replace("target_ms: 20", "target_ms: 90"))  # > limit

@@ -1,6 +1,8 @@
-"""The evaluator's fast path (`flat`, arrays) and its reference path (`attribution`, a `Node`
-tree, what `judge(..., keep_tree=True)` runs) give identical judgements: the verdict, each
-span's stage, the root and the first token, on random trees and under every preset."""
+"""The evaluator's three paths give identical judgements: the compiled fast path
+(`_judge.pyx`, where it is built), the pure-Python fast path (`flat`, arrays) and the
+reference path (`attribution`, a `Node` tree, what `judge(..., keep_tree=True)` runs): the
+verdict, each span's stage, the root and the first token, on random trees and under every
+preset."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from hypothesis import strategies as st
 
 from spanbudget.collector.budget import Budget
 from spanbudget.collector.budget_file import load_budget, load_preset
-from spanbudget.collector.evaluate import Evaluator, Judged
+from spanbudget.collector.evaluate import COMPILED, Evaluator, Judged
 from spanbudget.collector.flat import flatten
 from spanbudget.collector.readers import parse_traces
 from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind, group_by_trace
@@ -37,20 +39,31 @@ EXTRA_ATTRIBUTES: list[dict[str, AttrValue]] = [
 ]
 
 
-def both(evaluator: Evaluator, spans: Sequence[Span]) -> tuple[Judged | None, Judged | None]:
-    fast = evaluator.judge(spans, evaluated_at=NOW)
-    reference = evaluator.judge(spans, evaluated_at=NOW, keep_tree=True)
-    if reference is not None and reference.tree is not None:
-        reference.tree.release()
-        reference = dataclasses.replace(reference, tree=None)
-    return fast, reference
+# The fast paths to try: the compiled one only where it is built (make test checks that it
+# is, tests/core/test_compiled_path.py).
+COMPILED_CHOICES = [True, False] if COMPILED else [False]
 
 
-def assert_same(evaluator: Evaluator, spans: Sequence[Span]) -> None:
-    fast, reference = both(evaluator, spans)
-    assert fast == reference
-    if fast is not None and reference is not None:
-        assert fast.verdict.to_dict() == reference.verdict.to_dict()
+def fast_paths(budget: Budget) -> list[Evaluator]:
+    """An evaluator on each fast path this install has: compiled (where built), pure."""
+    return [Evaluator(budget, compiled=compiled) for compiled in COMPILED_CHOICES]
+
+
+def reference(evaluator: Evaluator, spans: Sequence[Span]) -> Judged | None:
+    judged = evaluator.judge(spans, evaluated_at=NOW, keep_tree=True)
+    if judged is not None and judged.tree is not None:
+        judged.tree.release()
+        judged = dataclasses.replace(judged, tree=None)
+    return judged
+
+
+def assert_same(evaluators: Sequence[Evaluator], spans: Sequence[Span]) -> None:
+    expected = reference(evaluators[-1], spans)
+    for evaluator in evaluators:
+        fast = evaluator.judge(spans, evaluated_at=NOW)
+        assert fast == expected, f"compiled={evaluator.compiled}"
+        if fast is not None and expected is not None:
+            assert fast.verdict.to_dict() == expected.verdict.to_dict()
 
 
 @st.composite
@@ -75,17 +88,18 @@ def marked_trees(draw: st.DrawFn) -> list[Span]:
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(span_trees())
 def test_same_judgement_on_random_trees(spans: list[Span]) -> None:
-    assert_same(Evaluator(BUDGET), spans)
+    assert_same(fast_paths(BUDGET), spans)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(marked_trees(), st.sampled_from(PRESETS))
 def test_same_judgement_under_every_preset(spans: list[Span], preset: str) -> None:
-    assert_same(Evaluator(load_preset(preset).budget), spans)
+    assert_same(fast_paths(load_preset(preset).budget), spans)
 
 
+@pytest.mark.parametrize("compiled", COMPILED_CHOICES)
 @pytest.mark.parametrize("field", ["name", "kind", "service", "parent_span_id"])
-def test_a_kept_walk_is_not_reused_for_a_trace_of_another_shape(field: str) -> None:
+def test_a_kept_walk_is_not_reused_for_a_trace_of_another_shape(field: str, compiled: bool) -> None:
     """The walk kept per trace shape tells traces apart by each span's name, kind,
     service and parent: a trace that differs from one already judged in that field alone,
     in a way that changes a span's stage, is judged as a new evaluator judges it."""
@@ -96,31 +110,32 @@ def test_a_kept_walk_is_not_reused_for_a_trace_of_another_shape(field: str) -> N
         "service": ["elsewhere"],
         "parent_span_id": [s.span_id for s in spans],
     }
-    first = Evaluator(BUDGET).judge(spans, evaluated_at=NOW)
+    first = Evaluator(BUDGET, compiled=compiled).judge(spans, evaluated_at=NOW)
     for i, span in enumerate(spans[1:], start=1):
         for value in values[field]:
             if value == getattr(span, field) or value == span.span_id:
                 continue
             other = [*spans[:i], dataclasses.replace(span, **{field: value}), *spans[i + 1 :]]
-            fresh = Evaluator(BUDGET).judge(other, evaluated_at=NOW)
+            fresh = Evaluator(BUDGET, compiled=compiled).judge(other, evaluated_at=NOW)
             if fresh is None or first is None or fresh.span_stages == first.span_stages:
                 continue  # the walk holds the spans' stages: only such a change tells
-            warm = Evaluator(BUDGET)
+            warm = Evaluator(BUDGET, compiled=compiled)
             warm.judge(spans, evaluated_at=NOW)
             assert warm.judge(other, evaluated_at=NOW) == fresh
             return
     pytest.fail(f"no change of {field} alone changes a span's stage")
 
 
-def test_a_long_lived_evaluator_judges_as_a_new_one() -> None:
+@pytest.mark.parametrize("compiled", COMPILED_CHOICES)
+def test_a_long_lived_evaluator_judges_as_a_new_one(compiled: bool) -> None:
     """The compiled selector memo carries nothing from one trace into the next."""
-    warm = Evaluator(BUDGET)
+    warm = Evaluator(BUDGET, compiled=compiled)
     for i in range(60):
         builder = rag_trace(trace_id=f"{i:032x}", retrieval=i % 7, queue=i % 5, chat_error=i == 9)
-        assert warm.judge(builder.spans, evaluated_at=NOW) == Evaluator(BUDGET).judge(
-            builder.spans, evaluated_at=NOW
-        )
-        assert_same(warm, builder.spans)
+        assert warm.judge(builder.spans, evaluated_at=NOW) == Evaluator(
+            BUDGET, compiled=compiled
+        ).judge(builder.spans, evaluated_at=NOW)
+        assert_same([warm], builder.spans)
 
 
 @pytest.mark.parametrize("budget_name", ["budget.yaml", *PRESETS])
@@ -130,14 +145,14 @@ def test_same_judgement_on_the_shared_fixtures(budget_name: str, shared_fixtures
         if budget_name.endswith(".yaml")
         else load_preset(budget_name).budget
     )
-    evaluator = Evaluator(budget)
+    evaluators = fast_paths(budget)
     files = sorted((shared_fixtures / "otlp").glob("*.json")) + sorted(
         (shared_fixtures / "jaeger").glob("*.json")
     )
     assert files
     for path in files:
         for spans in group_by_trace(parse_traces(path.read_bytes(), path.name)).values():
-            assert_same(evaluator, spans)
+            assert_same(evaluators, spans)
 
 
 def test_the_reference_path_takes_traces_in_a_parent_cycle() -> None:
@@ -146,4 +161,4 @@ def test_the_reference_path_takes_traces_in_a_parent_cycle() -> None:
     b = Span("t" * 32, "b" * 16, "auth.x", 1, 5, parent_span_id="a" * 16)
     table = StageTable([])
     assert flatten([a, b], table) is None
-    assert_same(Evaluator(BUDGET), [a, b])
+    assert_same(fast_paths(BUDGET), [a, b])

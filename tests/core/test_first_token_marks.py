@@ -12,7 +12,7 @@ import pytest
 
 from spanbudget.collector.budget import Budget
 from spanbudget.collector.budget_file import load_budget, parse_budget
-from spanbudget.collector.evaluate import Evaluator
+from spanbudget.collector.evaluate import COMPILED, Evaluator
 from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind
 from spanbudget.collector.verdict import Status, Verdict
 from spanbudget.testing.traces import T0_NS, TraceBuilder, rag_trace
@@ -164,8 +164,11 @@ def test_without_first_token_the_default_marks_ignore_events() -> None:
     assert judge(default, b.spans).status is Status.INCOMPLETE
 
 
+@pytest.mark.parametrize("compiled", [True, False] if COMPILED else [False])
 @pytest.mark.parametrize("value", [math.nan, math.inf, 1e300, 10**400, -0.01, True, "0.04"])
-def test_a_mark_that_is_no_finite_number_of_seconds_says_nothing(value: AttrValue) -> None:
+def test_a_mark_that_is_no_finite_number_of_seconds_says_nothing(
+    value: AttrValue, compiled: bool
+) -> None:
     """NaN, an infinity, seconds whose nanoseconds overflow a float, a negative value, a
     bool or text: the mark is ignored, as if absent, and the next one counts (these used
     to stop the evaluator with ValueError or OverflowError)."""
@@ -178,7 +181,7 @@ def test_a_mark_that_is_no_finite_number_of_seconds_says_nothing(value: AttrValu
         b.spans[-1],
         attributes={**b.spans[-1].attributes, "gen_ai.latency.time_in_queue": value},
     )
-    verdict = Evaluator(REFERENCE).evaluate(b.spans, evaluated_at=NOW)
+    verdict = Evaluator(REFERENCE, compiled=compiled).evaluate(b.spans, evaluated_at=NOW)
     assert verdict is not None
     # The gateway's own mark gives the first token instead: 135 ms after its start at 5.
     assert verdict.ttft_ms == 140.0

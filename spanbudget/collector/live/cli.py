@@ -193,6 +193,7 @@ def run(settings: Any) -> int:
     from spanbudget.collector.alerts.wiring import build_alerting
     from spanbudget.collector.budget_file import BudgetError, load_budget
     from spanbudget.collector.budget_source import find_budget
+    from spanbudget.collector.evaluate import COMPILED
     from spanbudget.collector.live.alerting import AlertsSink
     from spanbudget.collector.live.api import create_app
     from spanbudget.collector.live.forward import Forwarder
@@ -254,13 +255,14 @@ def run(settings: Any) -> int:
     signal.signal(signal.SIGHUP, reload)
     log.info(
         "spanbudget collector listening on http://%s:%d (budget %r from %s, store %s,"
-        " decision wait %gs%s)",
+        " decision wait %gs, %s evaluator%s)",
         host,
         port,
         loaded.budget.name,
         source.path,
         settings.db_path,
         settings.decision_wait_seconds,
+        "compiled" if COMPILED else "pure-Python (the compiled one is not built)",
         f", forwarding {forwarder.policy.describe()} to {settings.forward_traces_url}"
         if forwarder
         else "",

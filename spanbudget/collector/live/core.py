@@ -51,6 +51,7 @@ class JudgingCore:
         max_queue_spans: int,
         clock: Callable[[], float] = time.monotonic,
         thread_name: str = "spanbudget-worker",
+        make_evaluator: Callable[[Budget], Evaluator] = Evaluator,
     ) -> None:
         self.sinks = list(sinks)
         self.metrics = metrics
@@ -58,7 +59,8 @@ class JudgingCore:
         self._assembly = assembly
         self._clock = clock
         self._budget = budget
-        self._evaluator = Evaluator(budget)
+        self._make_evaluator = make_evaluator
+        self._evaluator = make_evaluator(budget)
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # wakes the worker
         self._done = threading.Condition(self._lock)  # wakes whoever waits for a step
@@ -202,7 +204,7 @@ class JudgingCore:
         assembly = self._assembly
         switched = budget is not self._evaluator.budget
         if switched:
-            self._evaluator = Evaluator(budget)
+            self._evaluator = self._make_evaluator(budget)
         traces: list[DecidedTrace] = []
         late: list[HeldSpan] = []
         for spans, local_roots in batches:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from spanbudget.collector.budget import Budget
 from spanbudget.collector.budget_file import BudgetError, load_budget
+from spanbudget.collector.evaluate import Evaluator
 from spanbudget.collector.live.assembly import Assembly
 from spanbudget.collector.live.core import JudgingCore
 from spanbudget.collector.live.forward import Forwarder
@@ -46,6 +47,7 @@ class Pipeline:
         sinks: Sequence[VerdictSink] = (),
         spans: SpanStore | None = None,
         clock: Callable[[], float] = time.monotonic,
+        make_evaluator: Callable[[Budget], Evaluator] = Evaluator,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
@@ -73,6 +75,7 @@ class Pipeline:
             metrics=metrics,
             max_queue_spans=settings.intake_queue_spans,
             clock=clock,
+            make_evaluator=make_evaluator,
         )
         recent = store.recent_statuses(settings.decided_memory)
         self.core.remember(trace_id for trace_id, _ in recent)

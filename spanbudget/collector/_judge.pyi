@@ -1,0 +1,26 @@
+"""Types of the compiled fast path (`_judge.pyx`); see its docstring."""
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from spanbudget.collector.budget import Budget, Selector
+from spanbudget.collector.evaluate import Judged
+from spanbudget.collector.spans import Span
+from spanbudget.collector.stage_table import StageTable
+
+class _Handback: ...
+
+HANDBACK: _Handback
+
+_Mark = tuple[str | None, frozenset[str], Selector | None, tuple[Selector, ...]]
+
+class CompiledJudge:
+    def __init__(
+        self,
+        budget: Budget,
+        table: StageTable,
+        marks: tuple[_Mark, ...],
+        judged: type[Judged],
+        round_ms: Callable[[int], float],
+    ) -> None: ...
+    def judge(self, spans: Sequence[Span], evaluated_at: datetime) -> Judged | _Handback | None: ...
