@@ -2,7 +2,7 @@
 
 Everything else about the package is in pyproject.toml. The extension is optional: where
 it cannot be compiled (no C compiler), spanbudget installs all the same and judges every
-trace on its pure-Python path, with the same verdicts, about three times slower.
+trace on its pure-Python path, with the same verdicts, at about five times the CPU.
 """
 
 from Cython.Build import cythonize

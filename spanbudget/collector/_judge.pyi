@@ -1,6 +1,6 @@
 """Types of the compiled fast path (`_judge.pyx`); see its docstring."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 from spanbudget.collector.budget import Budget, Selector
@@ -21,6 +21,5 @@ class CompiledJudge:
         table: StageTable,
         marks: tuple[_Mark, ...],
         judged: type[Judged],
-        round_ms: Callable[[int], float],
     ) -> None: ...
     def judge(self, spans: Sequence[Span], evaluated_at: datetime) -> Judged | _Handback | None: ...

@@ -30,7 +30,6 @@ import dataclasses
 
 from spanbudget.collector.budget import WhenAbsent, attr_text
 from spanbudget.collector.semconv import (
-    LOADTEST_PREFIX,
     VLLM_LATENCY_PREFILL,
     VLLM_LATENCY_QUEUE,
     VLLM_LATENCY_TTFT,
@@ -39,6 +38,14 @@ from spanbudget.collector.semconv import (
 from spanbudget.collector.spans import SpanKind, seconds_value
 from spanbudget.collector.stage_table import PHASES
 from spanbudget.collector.verdict import SEVERITY, StageResult, Status, Verdict
+from spanbudget.collector.verdict_rules import (
+    EXACT_BELOW_NS,
+    HALF_UNIT_NS,
+    UNIT_NS,
+    blame,
+    carried_attributes,
+    round_ms,
+)
 from spanbudget.semconv import GEN_AI_REQUEST_MODEL
 
 
@@ -52,9 +59,10 @@ HANDBACK = _Handback()  # judge()'s answer for a trace the Python paths must jud
 
 cdef int64_t _LIMIT_NS = 1LL << 62  # node times stay inside ±_LIMIT_NS: no sum overflows
 cdef int64_t _EXACT_NS = 1LL << 53  # below it an int64 converts to a double exactly
-cdef int64_t _UNIT_NS = 10000  # verdict times are rounded to 0.01 ms
-cdef int64_t _HALF_UNIT_NS = 5000
-cdef int64_t _ROUND_EXACT_BELOW_NS = 1000000000000000  # evaluate._round_ms's integer range
+# verdict_rules' constants, as C integers.
+cdef int64_t _UNIT_NS = UNIT_NS
+cdef int64_t _HALF_UNIT_NS = HALF_UNIT_NS
+cdef int64_t _ROUND_EXACT_BELOW_NS = EXACT_BELOW_NS
 
 cdef object _PRODUCER = SpanKind.PRODUCER
 cdef object _CONSUMER = SpanKind.CONSUMER
@@ -191,9 +199,8 @@ cdef class CompiledJudge:
     """Judges traces against one budget, as `Evaluator` does on its fast path.
 
     `table` is the evaluator's compiled selectors (its memo of decisions is shared),
-    `marks` its first-token marks as `evaluate._mark_table` gives them, `judged` the
-    `Judged` class, and `round_ms` `evaluate._round_ms`, for the few values whose rounding
-    is not exact in integers.
+    `marks` its first-token marks as `evaluate._mark_table` gives them, and `judged` the
+    `Judged` class (evaluate.py imports this module, so it cannot import that).
     """
 
     cdef object budget
@@ -205,9 +212,8 @@ cdef class CompiledJudge:
     cdef tuple stages
     cdef Py_ssize_t stage_count
     cdef object judged
-    cdef object round_ms
 
-    def __init__(self, budget, table, tuple marks, judged, round_ms):
+    def __init__(self, budget, table, tuple marks, judged):
         for cls, fields in (
             (StageResult, _STAGE_FIELDS),
             (Verdict, _VERDICT_FIELDS),
@@ -224,7 +230,6 @@ cdef class CompiledJudge:
         self.names = tuple(stage.name for stage in self.stages)
         self.stage_count = len(self.stages)
         self.judged = judged
-        self.round_ms = round_ms
 
     def judge(self, spans, evaluated_at):
         """The trace's `Judged`, None when no span claims a stage, or `HANDBACK`."""
@@ -335,10 +340,10 @@ cdef class CompiledJudge:
             total_status,
             tuple(results),
             trace.units[count] / 100.0,
-            _blame(results, total_status),
+            blame(results, total_status),
             overrun_ms,
             self._round(trace.skew_ns),
-            _carried(root.attributes, trace.model()),
+            carried_attributes(root.attributes, trace.model()),
             evaluated_at,
         ))
         span_stages = {}
@@ -352,14 +357,15 @@ cdef class CompiledJudge:
         ))
 
     cdef object _round(self, int64_t ns):
-        """`evaluate._round_ms`: in integers where that is exact, else the function."""
+        """`verdict_rules.round_ms`, its integer branch in C."""
         if 0 <= ns < _ROUND_EXACT_BELOW_NS and ns % _UNIT_NS != _HALF_UNIT_NS:
             return ((ns + _HALF_UNIT_NS) // _UNIT_NS) / 100.0
-        return self.round_ms(ns)
+        return round_ms(ns)
 
 
 cdef object _resolve(tuple left, object attributes):
-    """`stage_table.resolve`: the stage a span's attributes pick from `left`, or ""."""
+    """`stage_table.resolve` in C, as it runs for most spans: the stage a span's
+    attributes pick from `left`, or ""."""
     for stage, checks in left:
         for key, accepted in checks:
             value = _get(attributes, key)
@@ -378,40 +384,6 @@ cdef object _band(double ms, double target, double limit):
     if ms <= target:
         return _OK
     return _WARN if ms <= limit else _OVERRUN
-
-
-cdef tuple _blame(list results, object total):
-    """`evaluate._blame`."""
-    over = [
-        (r.ms - r.limit_ms, i, r.name)
-        for i, r in enumerate(results)
-        if r.ms is not None and r.status is _OVERRUN
-    ]
-    if not over and total is _OVERRUN:
-        over = [
-            (r.ms - r.target_ms, i, r.name)
-            for i, r in enumerate(results)
-            if r.ms is not None and r.ms > r.target_ms
-        ]
-    if not over:
-        return ()
-    over.sort(key=_by_excess)
-    return tuple([entry[2] for entry in over])
-
-
-def _by_excess(entry):
-    return (-entry[0], entry[1])
-
-
-cdef dict _carried(object root_attributes, object model):
-    """`evaluate._carried`."""
-    carried = {}
-    for key, value in root_attributes.items():
-        if key.startswith(LOADTEST_PREFIX) and isinstance(value, (str, int, float, bool)):
-            carried[key] = value
-    if model is not None:
-        carried[GEN_AI_REQUEST_MODEL] = model
-    return carried
 
 
 cdef class _Trace:
@@ -537,7 +509,7 @@ cdef class _Trace:
         return breakdowns
 
     cdef void apportion(self, int64_t total_ns) noexcept:
-        """`evaluate._apportion`: `parts` in whole 0.01 ms `units` that add up to the
+        """`verdict_rules.apportion`: `parts` in whole 0.01 ms `units` that add up to the
         rounded total: each floored, and the units left over to the largest remainders,
         the first of equals first. `total_ns` is below 2**53: a double holds it exactly."""
         cdef Py_ssize_t s, best, count = self.judge.stage_count + 1

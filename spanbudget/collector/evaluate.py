@@ -12,11 +12,11 @@ from datetime import datetime
 from spanbudget.collector.attribution import Node, Tree, assemble, attribute_window
 from spanbudget.collector.budget import Budget, FirstTokenMark, Selector, WhenAbsent
 from spanbudget.collector.flat import Flat, attribute_flat, first_token_flat, flatten
-from spanbudget.collector.semconv import LOADTEST_PREFIX
-from spanbudget.collector.spans import AttrValue, Span, seconds_value
+from spanbudget.collector.spans import Span, seconds_value
 from spanbudget.collector.stage_table import StageTable
 from spanbudget.collector.verdict import SEVERITY as _SEVERITY
 from spanbudget.collector.verdict import StageResult, Status, Verdict, new_stage_result
+from spanbudget.collector.verdict_rules import apportion, band, blame, carried_attributes, round_ms
 from spanbudget.semconv import GEN_AI_REQUEST_MODEL
 
 __all__ = ["COMPILED", "Evaluator", "Judged", "evaluate", "first_token_ns"]
@@ -28,13 +28,8 @@ except ImportError:
 
 COMPILED = _judge is not None  # whether this install has the compiled fast path
 
-_NS_PER_MS = 1_000_000
-_UNIT_NS = 10_000  # verdict times are rounded to 0.01 ms
-_HALF_UNIT_NS = _UNIT_NS // 2
-_EXACT_BELOW_NS = 10**15  # where `_round_ms` may use integers (about 11 days)
 # Enum members read through the class cost a metaclass look-up each; the hot path reads
 # these module constants instead.
-_OK, _WARN, _OVERRUN = Status.OK, Status.WARN, Status.OVERRUN
 _ABSENT, _UNMEASURED = Status.ABSENT, Status.UNMEASURED
 _ERROR, _INCOMPLETE = Status.ERROR, Status.INCOMPLETE
 _UNMEASURED_WHEN_ABSENT = WhenAbsent.UNMEASURED
@@ -83,7 +78,7 @@ class Evaluator:
                 "where a C compiler is (pip install builds it), or pass compiled=False"
             )
         self._compiled = (
-            _judge.CompiledJudge(budget, self._table, self._marks, Judged, _round_ms)
+            _judge.CompiledJudge(budget, self._table, self._marks, Judged)
             if _judge is not None and compiled is not False
             else None
         )
@@ -174,7 +169,7 @@ class Evaluator:
             first_token=first_token,
             error=error,
             skew_ns=flat.skew_ns,
-            carried=_carried(root.attributes, model),
+            carried=carried_attributes(root.attributes, model),
             evaluated_at=evaluated_at,
         )
         ids = flat.ids
@@ -260,7 +255,7 @@ class Evaluator:
             first_token=first_token,
             error=any(node.error and node.on_path for node in tree.nodes),
             skew_ns=tree.skew_ns,
-            carried=_carried(root.attributes, model),
+            carried=carried_attributes(root.attributes, model),
             evaluated_at=evaluated_at,
         )
 
@@ -283,7 +278,7 @@ class Evaluator:
         """The verdict from the attributed times (`window_start` is the clipped root's)."""
         budget = self.budget
         names = list(stage_ns)
-        rounded = _apportion(
+        rounded = apportion(
             [stage_ns[n] for n in names] + [unattributed], window_end - window_start
         )
         stage_ms = dict(zip(names, rounded, strict=False))
@@ -292,8 +287,8 @@ class Evaluator:
         for stage in budget.stages:
             if stage.name in matched:
                 ms = stage_ms[stage.name]
-                status = _band(ms, stage.target_ms, stage.limit_ms)
-                breakdown = {k: _round_ms(v) for k, v in breakdown_ns[stage.name].items()}
+                status = band(ms, stage.target_ms, stage.limit_ms)
+                breakdown = {k: round_ms(v) for k, v in breakdown_ns[stage.name].items()}
                 results.append(
                     new_stage_result(
                         stage.name, ms, stage.target_ms, stage.limit_ms, status, breakdown
@@ -312,12 +307,12 @@ class Evaluator:
                     new_stage_result(stage.name, 0.0, stage.target_ms, stage.limit_ms, _ABSENT, {})
                 )
 
-        ttft_ms = _round_ms(window_end - window_start) if first_token is not None else None
+        ttft_ms = round_ms(window_end - window_start) if first_token is not None else None
         if ttft_ms is None:
             total_status = _INCOMPLETE
             overrun_ms = 0.0
         else:
-            total_status = _band(ttft_ms, total_target, total_limit)
+            total_status = band(ttft_ms, total_target, total_limit)
             overrun_ms = round(max(0.0, ttft_ms - total_limit), 2)
 
         if error:
@@ -337,9 +332,9 @@ class Evaluator:
             total_status,
             tuple(results),
             rounded[-1],
-            _blame(results, total_status),
+            blame(results, total_status),
             overrun_ms,
-            _round_ms(skew_ns),
+            round_ms(skew_ns),
             carried,
             evaluated_at,
         )
@@ -348,40 +343,6 @@ class Evaluator:
 def evaluate(spans: Sequence[Span], budget: Budget, *, evaluated_at: datetime) -> Verdict | None:
     """One-off evaluation; build an `Evaluator` once to judge many traces."""
     return Evaluator(budget).evaluate(spans, evaluated_at=evaluated_at)
-
-
-def _band(ms: float, target: float, limit: float) -> Status:
-    if ms <= target:
-        return _OK
-    return _WARN if ms <= limit else _OVERRUN
-
-
-def _round_ms(ns: int) -> float:
-    """`round(ns / 1e6, 2)`, bit for bit, in integer arithmetic where that is exact.
-
-    Away from a tie (a remainder of exactly half a unit) and below 10**15 ns, the float
-    `ns / 1e6` lies too close to the exact quotient for rounding to tell them apart, and
-    `units / 100` is the float nearest to the decimal result, as `round` returns. It takes
-    a third of `round`'s time, and a verdict rounds about 25 times.
-    """
-    if 0 <= ns < _EXACT_BELOW_NS and ns % _UNIT_NS != _HALF_UNIT_NS:
-        return ((ns + _HALF_UNIT_NS) // _UNIT_NS) / 100
-    return round(ns / _NS_PER_MS, 2)
-
-
-def _apportion(parts_ns: list[int], total_ns: int) -> list[float]:
-    """Round parts to 0.01 ms so that they still add up to the rounded total exactly.
-
-    Largest-remainder rounding: each part is floored to whole units, and the units left
-    over go to the parts with the largest remainders.
-    """
-    total_units = round(total_ns / _UNIT_NS)
-    floors = [part // _UNIT_NS for part in parts_ns]
-    left = total_units - sum(floors)
-    order = sorted(range(len(parts_ns)), key=lambda i: parts_ns[i] % _UNIT_NS, reverse=True)
-    for i in order[: max(0, left)]:
-        floors[i] += 1
-    return [units / 100 for units in floors]
 
 
 # A mark as the evaluator tries it: (attribute or None, event names, anchor, match).
@@ -466,38 +427,3 @@ def _anchor_end(node: Node, anchor: Selector) -> int | None:
         ):
             found = child
     return None if found is None else found.end
-
-
-def _blame(results: Sequence[StageResult], total: Status) -> tuple[str, ...]:
-    over_limit = [
-        (r.ms - r.limit_ms, i, r.name)
-        for i, r in enumerate(results)
-        if r.ms is not None and r.status is _OVERRUN
-    ]
-    if over_limit:
-        return tuple(name for _, _, name in sorted(over_limit, key=lambda t: (-t[0], t[1])))
-    if total is _OVERRUN:
-        over_target = [
-            (r.ms - r.target_ms, i, r.name)
-            for i, r in enumerate(results)
-            if r.ms is not None and r.ms > r.target_ms
-        ]
-        return tuple(name for _, _, name in sorted(over_target, key=lambda t: (-t[0], t[1])))
-    return ()
-
-
-def _carried(
-    root_attributes: Mapping[str, AttrValue], model: str | None
-) -> dict[str, str | int | float | bool]:
-    """Load-test ids from the root, and the requested model from the outermost span."""
-    carried: dict[str, str | int | float | bool] = {}
-    for key, value in root_attributes.items():
-        if key.startswith(LOADTEST_PREFIX) and _is_scalar(value):
-            carried[key] = value  # type: ignore[assignment]
-    if model is not None:
-        carried[GEN_AI_REQUEST_MODEL] = model
-    return carried
-
-
-def _is_scalar(value: AttrValue | Mapping[str, object]) -> bool:
-    return isinstance(value, str | int | float | bool)

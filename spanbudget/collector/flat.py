@@ -257,10 +257,7 @@ def first_token_flat(flat: Flat, marks: tuple[_Mark, ...]) -> int | None:
         attributes = span.attributes
         for key, names, anchor, match in marks:
             if key is not None:
-                value = attributes.get(key)
-                if value is None:
-                    continue
-                value = seconds_value(value)
+                value = seconds_value(attributes.get(key))
                 if value is None:
                     continue
                 if match and not _carries(match, span, i == 0):

@@ -251,7 +251,7 @@ def test_a_change_to_the_verdict_classes_stops_the_compiled_path() -> None:
         extra: int = 0
 
     with pytest.raises(RuntimeError, match="fields changed"):
-        CompiledJudge(BUDGET, StageTable([]), (), Extended, lambda ns: 0.0)
+        CompiledJudge(BUDGET, StageTable([]), (), Extended)
 
 
 # Runs in a fresh interpreter in which the extension cannot be imported, as where no C

@@ -9,7 +9,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spanbudget.collector.evaluate import _round_ms
+from spanbudget.collector.verdict_rules import round_ms as _round_ms
 
 
 def reference(ns: int) -> float:
