@@ -6,7 +6,7 @@ import pytest
 
 from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
 from spanbudget.service.engine.presets import PRESETS
-from spanbudget.service.engine.scheduler import Scheduler, Sequence
+from spanbudget.service.engine.scheduler import RequestTimings, Scheduler, Sequence
 from spanbudget.service.engine.simulation import Arrival, simulate
 
 H100 = PRESETS["qwen3-8b-h100"]
@@ -40,7 +40,7 @@ def test_sequences_held_by_a_prefill_delay_count_against_max_num_seqs() -> None:
     other = Sequence("other", prompt_tokens=50, output_tokens=5, arrival=0.0)
     late = Sequence("late", prompt_tokens=50, output_tokens=5, arrival=0.0)
     for seq in (slow, other, late):
-        scheduler.add(seq)
+        scheduler.add(seq, 0.0)
     step = scheduler.schedule(0.0)
     assert step is not None
     assert [s.request_id for s, _ in step.entries] == ["slow", "other"]
@@ -67,8 +67,8 @@ def test_preemption_recomputes_prompt_and_generated_tokens() -> None:
     scheduler = Scheduler(PerfModel(H100.with_overrides({"num_gpu_blocks": 2})))
     a = Sequence("a", prompt_tokens=16, output_tokens=20, arrival=0.0)
     b = Sequence("b", prompt_tokens=15, output_tokens=20, arrival=0.0)
-    scheduler.add(a)
-    scheduler.add(b)
+    scheduler.add(a, 0.0)
+    scheduler.add(b, 0.0)
     now = 0.0
     step = scheduler.schedule(now)
     assert step is not None
@@ -93,6 +93,22 @@ def test_injected_delays_add_to_queue_and_prefill_time() -> None:
     assert timings.time_to_first_token == pytest.approx(plain.time_to_first_token + 0.09)
 
 
+def test_a_request_that_comes_during_a_step_is_queued_when_the_step_ends() -> None:
+    """vLLM's QUEUED event comes when the core's scheduler adds the request, in between
+    steps: the wait for the step under way is no time in queue, but it is time to first
+    token, which counts from the arrival."""
+    result = simulate(H100, [Arrival(0.0, 2000, 4), Arrival(0.001, 100, 4)])
+    first_step = result.steps[0]
+    late = result.sequences[1]
+    timings = RequestTimings.of(late)
+    assert late.queued_ts == pytest.approx(first_step.seconds)
+    assert timings.time_in_queue == 0.0  # it joins the very next step
+    before_queue = (
+        timings.time_to_first_token - timings.time_in_queue - timings.time_in_model_prefill
+    )
+    assert before_queue == pytest.approx(first_step.seconds - 0.001)
+
+
 def test_decode_step_time_grows_with_the_batch() -> None:
     alone = simulate(H100, [Arrival(0.0, 1000, 20)])
     crowd = simulate(H100, [Arrival(0.0, 1000, 20)] * 64)
@@ -104,7 +120,7 @@ def test_decode_step_time_grows_with_the_batch() -> None:
 def test_abort_frees_blocks_and_forgets_the_sequence() -> None:
     scheduler = Scheduler(PerfModel(H100))
     seq = Sequence("x", prompt_tokens=100, output_tokens=5, arrival=0.0)
-    scheduler.add(seq)
+    scheduler.add(seq, 0.0)
     step = scheduler.schedule(0.0)
     assert step is not None
     assert scheduler.free_blocks < scheduler.total_blocks

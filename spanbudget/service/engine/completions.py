@@ -40,6 +40,7 @@ from spanbudget.service.engine.protocol import (
     usage,
 )
 from spanbudget.service.engine.runtime import (
+    ArrivalTime,
     EngineRuntime,
     PreparedRequest,
     PromptTooLong,
@@ -131,8 +132,13 @@ class ChatCompletions(_Endpoint):
     """`POST /v1/chat/completions`: the chat template applied, then one request."""
 
     async def create(self, body: ChatCompletionRequest, raw: Request) -> Response:
+        # Before the chat template and the tokenizer, as vLLM stamps it: a busy API server
+        # shows as the time between the span's start and the queue.
+        arrival = ArrivalTime.now()
         prompt = render_chat_prompt(body.messages, self.runtime.preset.chat_template)
-        prepared = prepare(self.runtime, raw, body, "chatcmpl", prompt, body.token_limit)
+        prepared = prepare(
+            self.runtime, raw, body, "chatcmpl", prompt, body.token_limit, arrival=arrival
+        )
         stream = submit(self.runtime, prepared)
         reply = self._reply(prepared, body)
         if body.stream:
@@ -192,6 +198,7 @@ class Completions(_Endpoint):
     """`POST /v1/completions`: one prompt, as text or as token ids."""
 
     async def create(self, body: CompletionRequest, raw: Request) -> Response:
+        arrival = ArrivalTime.now()  # before any work on the prompt, as for a chat
         prompt, prompt_tokens = self._prompt(body)
         # vLLM hands each prompt of a completion to the engine as `<id>-<index>`, so that is
         # the id its span carries.
@@ -203,6 +210,7 @@ class Completions(_Endpoint):
             prompt,
             body.max_tokens,
             prompt_tokens,
+            arrival=arrival,
             engine_suffix="-0",
         )
         stream = submit(self.runtime, prepared)
@@ -269,10 +277,12 @@ def prepare(
     max_tokens: int | None,
     prompt_tokens: int | None = None,
     *,
+    arrival: ArrivalTime,
     engine_suffix: str = "",
 ) -> PreparedRequest:
     """Check a request against the served model and its context, plan its output and draw
-    its faults; raises `ApiError` as vLLM would answer."""
+    its faults; raises `ApiError` as vLLM would answer. `arrival` is when the handler took
+    the request, before any of this."""
     if body.model and body.model != runtime.model_name:
         raise ApiError(404, f"The model `{body.model}` does not exist.", "NotFoundError")
     if body.n not in (None, 1):
@@ -312,6 +322,7 @@ def prepare(
             top_p=DEFAULT_TOP_P if body.top_p is None else body.top_p,
             n=1 if body.n is None else body.n,
         ),
+        arrival=arrival,
         queue_delay=delays.get("queue", 0.0),
         prefill_delay=delays.get("prefill", 0.0),
         faults=faults,

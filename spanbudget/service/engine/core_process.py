@@ -46,6 +46,7 @@ class _TokenRow(NamedTuple):
     token_index: int
     time: float
     finished: bool
+    queued_ts: float | None
     scheduled_ts: float | None
     first_token_ts: float | None
     last_token_ts: float | None
@@ -101,7 +102,7 @@ class _PipeCore(EngineLoop):
         self.scheduling, self.step_thread_id = scheduling, thread_id
         self.outbox.put(("started", scheduling, thread_id))
 
-    def _drain(self, *, block: bool, timeout: float | None) -> bool:
+    def _drain(self, *, block: bool, timeout: float | None, step_end: float | None) -> bool:
         if not self._conn.poll(timeout if block else 0):
             return True
         while True:
@@ -114,7 +115,7 @@ class _PipeCore(EngineLoop):
             if message[0] == "add":
                 seq = message[1]  # a copy of the frontend's Sequence, fresh
                 self._by_id[seq.request_id] = seq
-                self.scheduler.add(seq)
+                self._enqueue(seq, step_end)
             else:
                 found = self._by_id.pop(message[1], None)
                 if found is not None and not found.finished:
@@ -140,8 +141,9 @@ class _PipeCore(EngineLoop):
             if event.finished:
                 self._by_id.pop(s.request_id, None)
             rows.append(
-                _TokenRow(s.request_id, event.index, event.time, event.finished, s.scheduled_ts,
-                          s.first_token_ts, s.last_token_ts, s.finished_ts, s.num_output)
+                _TokenRow(s.request_id, event.index, event.time, event.finished, s.queued_ts,
+                          s.scheduled_ts, s.first_token_ts, s.last_token_ts, s.finished_ts,
+                          s.num_output)
             )  # fmt: skip
         summary = _Summary(
             stats.num_running,
@@ -323,7 +325,8 @@ class ProcessEngineLoop:
         if entry is None:
             return
         seq, sink = entry
-        seq.scheduled_ts, seq.first_token_ts = row.scheduled_ts, row.first_token_ts
+        seq.queued_ts, seq.scheduled_ts = row.queued_ts, row.scheduled_ts
+        seq.first_token_ts = row.first_token_ts
         seq.last_token_ts, seq.finished_ts = row.last_token_ts, row.finished_ts
         seq.num_output = row.num_output
         sink.on_token(TokenEvent(seq, row.token_index, row.time, row.finished))

@@ -196,7 +196,7 @@ class EngineLoop:
         # scheduling overlaps CPU work with the GPU, and shows up as lateness if it runs over.
         previous_end: float | None = None
         while True:
-            if not self._drain(block=False, timeout=None):
+            if not self._drain(block=False, timeout=None, step_end=previous_end):
                 return
             now = time.monotonic() if previous_end is None else previous_end
             events = self.scheduler.release_held(now)
@@ -212,7 +212,7 @@ class EngineLoop:
                 now = time.monotonic()
                 timer = self.scheduler.next_timer(now)
                 timeout = None if timer is None else max(0.0, timer - now)
-                if not self._drain(block=True, timeout=timeout):
+                if not self._drain(block=True, timeout=timeout, step_end=None):
                     return
                 continue
             stall = self._stall_seconds(now - started_at, step.seconds)
@@ -238,8 +238,11 @@ class EngineLoop:
         for observer in self._observers:
             observer.on_idle(self.scheduler.stats)
 
-    def _drain(self, *, block: bool, timeout: float | None) -> bool:
-        """Apply pending commands (waiting for one if `block`); False once told to stop."""
+    def _drain(self, *, block: bool, timeout: float | None, step_end: float | None) -> bool:
+        """Apply pending commands (waiting for one if `block`); False once told to stop.
+
+        `step_end` is when the last step ended, if the next one follows it back to back.
+        """
         try:
             command = self._commands.get(block=block, timeout=timeout)
         except queue.Empty:
@@ -250,13 +253,27 @@ class EngineLoop:
             if isinstance(command, tuple):
                 kind, seq = command
                 if kind == "add":
-                    self.scheduler.add(seq)
+                    self._enqueue(seq, step_end)
                 elif not seq.finished:
                     self.scheduler.abort(seq)
             try:
                 command = self._commands.get_nowait()
             except queue.Empty:
                 return True
+
+    def _enqueue(self, seq: Sequence, step_end: float | None) -> None:
+        """Put a request the frontend handed over into the scheduler's queue: vLLM's QUEUED
+        event, where its time in queue starts.
+
+        Like vLLM's busy loop, the core takes requests in between steps, so one handed over
+        during a step waits for the step to end; vLLM counts that wait before the queue,
+        with the API server's work, since its QUEUED event comes when the scheduler adds the
+        request. Back to back, the next step starts where the last one ended, and so does
+        the time in queue of what came in meanwhile.
+        """
+        taken = time.monotonic() if step_end is None else step_end
+        # Never before the arrival: a request may come in while the last step's tokens go out.
+        self.scheduler.add(seq, max(taken, seq.arrival))
 
     def _post(self, events: list[TokenEvent]) -> None:
         if events and self._loop is not None:

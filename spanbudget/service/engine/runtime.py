@@ -32,11 +32,27 @@ from spanbudget.service.engine.presets import Preset
 from spanbudget.service.engine.scheduler import RequestTimings, Scheduler, Sequence, TokenEvent
 from spanbudget.service.engine.tracing import RequestSpanInfo, RequestTracer
 
-__all__ = ["EngineRuntime", "PreparedRequest", "PromptTooLong", "RequestStream"]
+__all__ = ["ArrivalTime", "EngineRuntime", "PreparedRequest", "PromptTooLong", "RequestStream"]
 
 
 class PromptTooLong(ValueError):
     """The prompt plus its output cannot fit the model's context or the KV cache."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalTime:
+    """vLLM's `arrival_time`: when the API server took the request, before it did any work
+    on it. vLLM's renderer stamps it first thing (`BaseRenderer.render_chat_async` and
+    `render_cmpl_async`), before the chat template and the tokenizer run; the `llm_request`
+    span starts there, and its time to first token and e2e count from there.
+    """
+
+    wall_ns: int  # for the span's start
+    monotonic: float  # for durations, on the clock the engine core stamps its events with
+
+    @classmethod
+    def now(cls) -> ArrivalTime:
+        return cls(time.time_ns(), time.monotonic())
 
 
 @dataclass(frozen=True)
@@ -45,6 +61,7 @@ class PreparedRequest:
     prompt_tokens: int
     plan: OutputPlan
     span: RequestSpanInfo
+    arrival: ArrivalTime
     queue_delay: float = 0.0
     prefill_delay: float = 0.0
     faults: RequestFaults = dataclasses.field(default_factory=RequestFaults)
@@ -62,17 +79,24 @@ class RequestStream:
         self._runtime = runtime
         self._queue: asyncio.Queue[TokenEvent | EngineDead] = asyncio.Queue()
         self._last_token_time = 0.0
+        self._first_token_seen: float | None = None
         self.timings: RequestTimings | None = None
 
     def on_token(self, event: TokenEvent) -> None:
+        # The API server has the token now: vLLM's output handler takes its IterationStats
+        # timestamp here, and measures time to first token and e2e up to it.
+        seen = time.monotonic()
         metrics = self._runtime.metrics
         if event.index == 0:
-            metrics.on_first_token(event.time - self.sequence.arrival)
+            self._first_token_seen = seen
+            metrics.on_first_token(seen - self.sequence.arrival)
         else:
             metrics.on_next_token(event.time - self._last_token_time)
         self._last_token_time = event.time
         if event.finished:
-            self.timings = RequestTimings.of(self.sequence)
+            self.timings = RequestTimings.of(
+                self.sequence, first_token_seen=self._first_token_seen, finished_seen=seen
+            )
             self._runtime.tracer.emit(self.span, self.timings)
             metrics.on_finished(self.timings, self.request.plan.finish_reason)
         self._queue.put_nowait(event)
@@ -191,13 +215,13 @@ class EngineRuntime:
             )
 
     def submit(self, request: PreparedRequest) -> RequestStream:
-        """Hand a request to the scheduler; its arrival time is now (as vLLM's engine sets it)."""
-        span = dataclasses.replace(request.span, arrival_time_ns=time.time_ns())
+        """Hand a request to the engine core, which queues it in between steps."""
+        span = dataclasses.replace(request.span, arrival_time_ns=request.arrival.wall_ns)
         seq = Sequence(
             request_id=request.request_id,
             prompt_tokens=request.prompt_tokens,
             output_tokens=request.plan.num_tokens,
-            arrival=time.monotonic(),
+            arrival=request.arrival.monotonic,
             queue_delay=request.queue_delay,
             prefill_delay=request.prefill_delay,
         )

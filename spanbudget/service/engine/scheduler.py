@@ -21,9 +21,12 @@ __all__ = ["RequestTimings", "Scheduler", "SchedulerStats", "Sequence", "Step", 
 class Sequence:
     """One request inside the engine, with the engine-core timestamps vLLM records.
 
-    `output_tokens` is how many tokens the request will generate in all; `queue_delay`
-    and `prefill_delay` (seconds) are injected faults: extra time held in the queue, and
-    extra time between the end of prefill and the first token.
+    `arrival` is vLLM's `arrival_time`: when the API server took the request, before its
+    own work on it (chat template, tokenizer) and the hand-over to the core; `queued_ts` is
+    when the core's scheduler took it (vLLM's QUEUED event). `output_tokens` is how many
+    tokens the request will generate in all; `queue_delay` and `prefill_delay` (seconds) are
+    injected faults: extra time held in the queue, and extra time between the end of prefill
+    and the first token.
     """
 
     request_id: str
@@ -36,6 +39,7 @@ class Sequence:
     num_output: int = 0
     num_blocks: int = 0
     num_preemptions: int = 0
+    queued_ts: float | None = None
     scheduled_ts: float | None = None
     first_token_ts: float | None = None
     last_token_ts: float | None = None
@@ -45,7 +49,8 @@ class Sequence:
 
     @property
     def eligible_at(self) -> float:
-        return self.arrival + self.queue_delay
+        queued = self.arrival if self.queued_ts is None else self.queued_ts
+        return queued + self.queue_delay
 
     @property
     def finished(self) -> bool:
@@ -60,27 +65,49 @@ class Sequence:
 
 @dataclass(frozen=True, slots=True)
 class RequestTimings:
-    """A finished request's phases in seconds, as vLLM's `llm_request` span reports them."""
+    """A finished request's phases in seconds, as vLLM's `llm_request` span reports them.
+
+    As in vLLM (vllm/v1/metrics/stats.py), the API server's two measures, time to first
+    token and e2e, count from the arrival; the core's phases count from its own timestamps.
+    The time from the arrival to the queue is the API server's work and the wait for the
+    core to take the request: in no phase of its own, it is TTFT less queue and prefill.
+    """
 
     prompt_tokens: int
     completion_tokens: int
     time_in_queue: float  # first scheduled - queued
-    time_to_first_token: float  # first token - arrival
+    time_to_first_token: float  # first token handled by the API server - arrival
     time_in_model_prefill: float  # first token - first scheduled
     time_in_model_decode: float  # last token - first token
     time_in_model_inference: float  # last token - first scheduled
-    e2e: float  # finished - arrival
+    e2e: float  # last output handled by the API server - arrival
 
     @classmethod
-    def of(cls, seq: Sequence) -> RequestTimings:
-        if seq.scheduled_ts is None or seq.first_token_ts is None or seq.last_token_ts is None:
+    def of(
+        cls,
+        seq: Sequence,
+        *,
+        first_token_seen: float | None = None,
+        finished_seen: float | None = None,
+    ) -> RequestTimings:
+        """`first_token_seen` and `finished_seen` are when the API server handled the first
+        and the last output, where vLLM's output handler takes its IterationStats timestamp;
+        without them (the offline simulation) the core's own times stand in."""
+        if (
+            seq.queued_ts is None
+            or seq.scheduled_ts is None
+            or seq.first_token_ts is None
+            or seq.last_token_ts is None
+        ):
             raise ValueError(f"sequence {seq.request_id} has not produced a token")
+        first_token = seq.first_token_ts if first_token_seen is None else first_token_seen
         end = seq.finished_ts if seq.finished_ts is not None else seq.last_token_ts
+        end = end if finished_seen is None else finished_seen
         return cls(
             prompt_tokens=seq.prompt_tokens,
             completion_tokens=seq.num_output,
-            time_in_queue=seq.scheduled_ts - seq.arrival,
-            time_to_first_token=seq.first_token_ts - seq.arrival,
+            time_in_queue=seq.scheduled_ts - seq.queued_ts,
+            time_to_first_token=first_token - seq.arrival,
             time_in_model_prefill=seq.first_token_ts - seq.scheduled_ts,
             time_in_model_decode=seq.last_token_ts - seq.first_token_ts,
             time_in_model_inference=seq.last_token_ts - seq.scheduled_ts,
@@ -144,7 +171,9 @@ class Scheduler:
         """Whether a sequence of this many tokens can ever fit in the KV cache."""
         return self._blocks_for(total_tokens) <= self.total_blocks
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: Sequence, now: float) -> None:
+        """Queue a sequence the core has taken at `now`; its time in queue starts there."""
+        seq.queued_ts = now
         self.waiting.append(seq)
         self._update_stats()
 

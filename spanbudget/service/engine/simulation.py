@@ -54,7 +54,7 @@ def simulate(
                 f"sim-{index}", a.prompt_tokens, a.output_tokens, a.time, a.queue_delay,
                 a.prefill_delay,
             )  # fmt: skip
-            scheduler.add(seq)
+            scheduler.add(seq, now)  # as the real core does: in between steps
             sequences.append(seq)
             index += 1
         scheduler.release_held(now)

@@ -1,6 +1,7 @@
 """The `llm_request` span exactly as vLLM emits it: one SERVER span per finished request.
 
-Started at the request's arrival and ended at once, with the phases as attributes; parented
+Started at the request's arrival (vLLM's `arrival_time`, stamped before the API server's
+chat template and tokenizer) and ended at once, with the phases as attributes; parented
 only on the incoming W3C `traceparent`/`tracestate` (vLLM ignores baggage, B3 and Jaeger).
 """
 
@@ -64,7 +65,7 @@ class RequestSpanInfo:
 
     request_id: str
     trace_headers: dict[str, str] | None
-    arrival_time_ns: int = 0  # wall clock when the request reached the engine
+    arrival_time_ns: int = 0  # wall clock of vLLM's arrival_time (runtime.ArrivalTime)
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
