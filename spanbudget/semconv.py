@@ -14,6 +14,10 @@ from typing import Final
 
 # Resource and HTTP semantic conventions.
 SERVICE_NAME: Final = "service.name"
+SERVICE_INSTANCE_ID: Final = "service.instance.id"
+# The host a span ran on, hence its clock (DESIGN §5 rule 3): host.name, else host.id.
+HOST_NAME: Final = "host.name"
+HOST_ID: Final = "host.id"
 HTTP_RESPONSE_STATUS_CODE: Final = "http.response.status_code"
 
 # GenAI semantic conventions.

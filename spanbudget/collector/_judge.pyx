@@ -2,12 +2,12 @@
 # cython: initializedcheck=False
 """The evaluator's fast path, compiled: one trace's spans in, its `Judged` out.
 
-It takes the steps of `flat.flatten`, `flat.first_token_flat`, `flat.attribute_flat`,
-`Evaluator._judge_flat` and `Evaluator._verdict` in that order, over C arrays instead of
-Python lists and with no Python object per node. What it cannot judge exactly in 64-bit
-integers (times beyond ±2**62 ns, a window of 2**53 ns or more, a mark too far out) and
-traces whose spans sit in a parent cycle it hands back (`HANDBACK`): the Python paths
-judge those. Tests hold the two to identical judgements (tests/core/test_compiled_path.py).
+It takes the steps of `attribution.assemble`, `evaluate._first_token`,
+`attribution.attribute_window`, `Evaluator._judge` and `Evaluator._verdict` in that order
+(DESIGN §5), over C arrays instead of a `Node` per span. What it cannot judge exactly in
+64-bit integers (times beyond ±2**62 ns, a window of 2**53 ns or more, a mark too far out)
+and traces whose spans sit in a parent cycle it hands back (`HANDBACK`): the tree judges
+those. Tests hold the two to identical judgements (tests/core/test_compiled_path.py).
 
 `cdivision` is on: every `//` and `%` here has non-negative operands, where C's division
 and Python's agree.
@@ -35,7 +35,7 @@ from spanbudget.collector.semconv import (
     VLLM_LATENCY_TTFT,
     VLLM_REQUEST_SPAN,
 )
-from spanbudget.collector.spans import SpanKind, seconds_value
+from spanbudget.collector.spans import SpanKind, same_host, seconds_value
 from spanbudget.collector.stage_table import PHASES
 from spanbudget.collector.verdict import SEVERITY, StageResult, Status, Verdict
 from spanbudget.collector.verdict_rules import (
@@ -66,6 +66,8 @@ cdef int64_t _ROUND_EXACT_BELOW_NS = EXACT_BELOW_NS
 
 cdef object _PRODUCER = SpanKind.PRODUCER
 cdef object _CONSUMER = SpanKind.CONSUMER
+cdef object _CLIENT = SpanKind.CLIENT
+cdef object _SERVER = SpanKind.SERVER
 cdef object _OK = Status.OK
 cdef object _WARN = Status.WARN
 cdef object _OVERRUN = Status.OVERRUN
@@ -105,12 +107,17 @@ cdef struct Node:
     Py_ssize_t parent  # -1 for the root
     int64_t start  # skew-adjusted; clipped by attribute()
     int64_t end
+    int64_t reach  # the end of the latest streamed SERVER child (rule 3b), else `end`
+    int64_t mark  # its own first-token instant (rule 2), when `has_mark`
+    bint has_mark
     int64_t delta  # start minus the span's own start: the shift its subtree inherits
     int64_t unclipped  # its start before attribute() clipped it
     Py_ssize_t depth
     int stage  # index into the budget's stages; -1: none
     bint producer
     bint consumer
+    bint client
+    bint server
     Py_ssize_t kids_at  # its children: kid_nodes[kids_at : kids_at + kid_count]
     Py_ssize_t kid_count
     Py_ssize_t walkable  # how many of them the walk may enter, in walk[kids_at:], ranked
@@ -283,7 +290,7 @@ cdef class CompiledJudge:
         self, _Trace trace, int64_t uncovered, int64_t window_start, int64_t window_end,
         bint found, object evaluated_at,
     ):
-        """`Evaluator._judge_flat` from the attribution on, and `_verdict`."""
+        """`Evaluator._judge` from the attribution on, and `_verdict`."""
         cdef Py_ssize_t s, i, count = self.stage_count
         cdef Node* node
         breakdowns = trace.tally(uncovered)
@@ -549,7 +556,7 @@ cdef class _Trace:
                     return value
         return None
 
-    # Assembly: flat._walk and flat._run.
+    # Assembly: attribution.assemble.
 
     cdef Py_ssize_t find(self, object span_id) except -2:
         """The first position of `span_id` among the spans, or -1."""
@@ -614,9 +621,9 @@ cdef class _Trace:
         return DONE
 
     cdef int assemble(self) except -1:
-        """Place every span under its parent, depth-first from the root (`flat._walk`),
-        shifting remote children into their parents and adding vLLM's phases
-        (`flat._run`); GIVE_BACK when spans sit in a parent cycle."""
+        """Place every span under its parent, depth-first from the root, shifting children
+        on another host into their parents, noting streamed responses and adding vLLM's
+        phases; GIVE_BACK when spans sit in a parent cycle."""
         cdef Py_ssize_t n = self.span_count, pos, root = -1, parentless = 0, unique = 0
         cdef Py_ssize_t i, parent
         cdef Row* row
@@ -695,10 +702,14 @@ cdef class _Trace:
         kind = span.kind
         node.producer = kind is _PRODUCER
         node.consumer = kind is _CONSUMER
+        node.client = kind is _CLIENT
+        node.server = kind is _SERVER
+        node.has_mark = False
         row.node = index
         self.node_count += 1
         if parent < 0:
             node.start, node.end, node.delta, node.depth = row.start, row.end, 0, 0
+            node.reach = node.end
             own = self.judge.own_stage(span, name, True)
             node.stage = own
         else:
@@ -709,15 +720,17 @@ cdef class _Trace:
             end = row.end + up.delta
             if _outside(start) or _outside(end):
                 return GIVE_BACK
-            # Python's `!=`, as flat does: no shortcut for an object compared with itself.
-            if (start < up.start or end > up.end) and (
-                span.service != self.spans[up.row].service
+            up_span = self.spans[up.row]
+            duration = end - start
+            parent_duration = up.end - up.start
+            if _outside(duration):
+                return GIVE_BACK
+            # Rule 3a, as attribution._skew_shift: only a child on another host moves.
+            if (
+                (start < up.start or (duration <= parent_duration and end > up.end))
+                and not same_host(span.host, span.service, up_span.host, up_span.service)
             ):
-                duration = end - start
-                parent_duration = up.end - up.start
-                if _outside(duration):
-                    return GIVE_BACK
-                if duration >= parent_duration:
+                if duration > parent_duration:
                     moved = up.start
                 else:
                     moved = up.start + (parent_duration - duration) // 2
@@ -728,10 +741,13 @@ cdef class _Trace:
                 end = moved + duration
                 if _outside(end):
                     return GIVE_BACK
-            node.start, node.end = start, end
+            node.start, node.end, node.reach = start, end, end
             node.delta = start - row.start
             if _outside(node.delta):
                 return GIVE_BACK
+            # Rule 3b: a streamed response outlives the client span that waits on it.
+            if node.server and up.client and up.start <= start < up.end < end and end > up.reach:
+                up.reach = end
             own = self.judge.own_stage(span, name, False)
             node.stage = own if own >= 0 else up.stage
         if own >= 0:
@@ -791,8 +807,12 @@ cdef class _Trace:
             child.delta = 0
             child.depth = node.depth + 1
             child.stage = stage if stage >= 0 else node.stage
+            child.reach = child.end
+            child.has_mark = False
             child.producer = False
             child.consumer = False
+            child.client = False
+            child.server = False
             child.kid_count = 0
             child.self_ns = 0
             child.on_path = False
@@ -812,10 +832,11 @@ cdef class _Trace:
             self.kid_nodes[node.kids_at + node.kid_count] = i
             node.kid_count += 1
 
-    # The first token: flat.first_token_flat.
+    # The first token: evaluate._first_token.
 
     cdef int first_token(self, int64_t* out, bint* found) except -1:
-        """The instant of the outermost node that carries a first-token mark."""
+        """The instant of the outermost node that carries a first-token mark, and each
+        marked node's own instant in its `mark`."""
         cdef Py_ssize_t i, best_depth = 0
         cdef int64_t best_start = 0, best_instant = 0, base, instant, at_ns, mark_ns
         cdef double seconds
@@ -856,6 +877,8 @@ cdef class _Trace:
                     instant = at_ns + node.delta  # shifted with the span
                 if _outside(instant):
                     return GIVE_BACK  # the window would not fit in 64 bits
+                node.mark = instant
+                node.has_mark = True
                 if (
                     not have
                     or node.depth < best_depth
@@ -900,7 +923,7 @@ cdef class _Trace:
         out[0] = end
         return have
 
-    # The critical path: flat.attribute_flat.
+    # The critical path: attribution.attribute_window.
 
     cdef int64_t attribute(self, int64_t window_start, int64_t window_end) except? -1:
         """Clip to the window, rank each node's children, walk back from the window's
@@ -915,7 +938,8 @@ cdef class _Trace:
         if low > window_end:
             low = window_end
         root.start = low
-        end = root.end if root.end > low else low
+        end = _own_end(root)
+        end = end if end > low else low
         root.end = end if end < window_end else window_end
         for i in range(self.node_count):
             node = &self.nodes[i]
@@ -927,7 +951,7 @@ cdef class _Trace:
             for k in range(node.kid_count):
                 child = self.kid_nodes[node.kids_at + k]
                 kid = &self.nodes[child]
-                start, end = kid.start, kid.end
+                start, end = kid.start, _own_end(kid)
                 clipped = low if start < low else (high if start > high else start)
                 kid.start = clipped
                 kid.end = clipped if end < clipped else (high if end > high else end)
@@ -1019,6 +1043,15 @@ cdef class _Trace:
         for i in range(count):
             items[i] = merged[i]
         return 0
+
+
+cdef inline int64_t _own_end(Node* node) noexcept:
+    """`attribution._own_end`: the end extended to `reach` (rule 3b), cut at the node's
+    own first-token mark (rule 2), never before its start."""
+    cdef int64_t end = node.reach if node.reach > node.end else node.end
+    if node.has_mark and node.mark < end:
+        end = node.mark if node.mark > node.start else node.start
+    return end
 
 
 cdef bint _carries(tuple match, object span, bint is_root) except -1:

@@ -1,9 +1,10 @@
 """Trace assembly and exclusive critical-path attribution (DESIGN §5, rules 1, 3 and 5).
 
 `assemble` turns a flat list of spans into a tree: one root, orphans under it, duplicate
-spans dropped, remote children shifted into their parents (after the idea of Jaeger's
-clock-skew adjuster), and vLLM's `llm_request` expanded into its phases.
-`attribute_window` then clips the tree to the TTFT window and walks the critical path back
+spans dropped, children on another host shifted into their parents (Jaeger's clock-skew
+adjuster's rule), streamed responses noted on their client spans, and vLLM's
+`llm_request` expanded into its phases. `attribute_window` then clips the tree to the
+TTFT window and to each span's own first-token mark, and walks the critical path back
 from the first token, giving every instant of the window to exactly one node.
 """
 
@@ -18,12 +19,13 @@ from spanbudget.collector.semconv import (
     VLLM_LATENCY_TTFT,
     VLLM_REQUEST_SPAN,
 )
-from spanbudget.collector.spans import AttrValue, Span, SpanKind, seconds_value
+from spanbudget.collector.spans import AttrValue, Span, SpanKind, same_host, seconds_value
 
 __all__ = ["Classifier", "Node", "Tree", "assemble", "attribute_window"]
 
 _NS_PER_S = 1_000_000_000
 _PRODUCER, _CONSUMER = SpanKind.PRODUCER, SpanKind.CONSUMER
+_CLIENT, _SERVER = SpanKind.CLIENT, SpanKind.SERVER
 
 
 @dataclass(slots=True, eq=False)
@@ -31,8 +33,11 @@ class Node:
     """A span placed in the tree, with skew-adjusted (`start`, `end`) times in ns.
 
     Virtual nodes stand for the phases of a vLLM request; their `span_id` is the request
-    span's id with the phase appended. `attribute_window` reorders `children`: first the
-    `walkable` ones in the order the walk tries them, then those off the critical path.
+    span's id with the phase appended. `reach` is the latest end of a streamed SERVER
+    child that outlives this CLIENT span (rule 3b; None: none) and `mark` the instant of its
+    own first-token mark (rule 2; None: none): `attribute_window` ends the node at
+    `min(max(end, reach), mark)`. It also reorders `children`: first the `walkable` ones
+    in the order the walk tries them, then those off the critical path.
     """
 
     span_id: str
@@ -51,6 +56,9 @@ class Node:
     self_ns: int = 0  # exclusive time on the critical path, set by attribute_window
     on_path: bool = False  # the critical path passes through it, set by attribute_window
     walkable: int = 0  # how many of `children` the walk may enter, set by attribute_window
+    host: str | None = None
+    reach: int | None = None
+    mark: int | None = None
 
 
 Classifier = Callable[["Node", bool], "str | None"]  # (node, is_root) -> its own stage
@@ -60,7 +68,7 @@ Classifier = Callable[["Node", bool], "str | None"]  # (node, is_root) -> its ow
 class Tree:
     root: Node
     nodes: list[Node]  # depth-first, parents before children
-    skew_ns: int  # total absolute shift applied to remote children
+    skew_ns: int  # total absolute shift applied to children on other hosts
 
     def release(self) -> None:
         """Drop the parent links, the tree's only reference cycles.
@@ -84,6 +92,7 @@ def _node(span: Span, offset: int, depth: int, parent: Node | None) -> Node:
         span.end_ns + offset,
         depth,
         parent=parent,
+        host=span.host,
     )
 
 
@@ -176,14 +185,19 @@ def assemble(spans: Sequence[Span], classify: Classifier | None = None) -> Tree 
         while stack:
             parent, span, offset = stack.pop()
             node = _node(span, offset, parent.depth + 1, parent)
-            if span.service != parent.service and (
-                node.start < parent.start or node.end > parent.end
-            ):
+            if not same_host(node.host, node.service, parent.host, parent.service):
                 shift = _skew_shift(parent, node)
                 node.start += shift
                 node.end += shift
                 offset += shift
                 skew += abs(shift)
+            if (
+                node.kind is _SERVER
+                and parent.kind is _CLIENT
+                and parent.start <= node.start < parent.end < node.end
+                and (parent.reach is None or node.end > parent.reach)
+            ):
+                parent.reach = node.end  # a streamed response outlives its client span
             if classify is not None:
                 node.stage = classify(node, False) or parent.stage
             parent.children.append(node)
@@ -210,31 +224,38 @@ def _add_vllm_phases(node: Node, nodes: list[Node], classify: Classifier | None)
 
 
 def _skew_shift(parent: Node, child: Node) -> int:
-    """Centre the child in its parent, or align their starts if it is longer (§5.3)."""
+    """How far to move a child on another host than its parent (rule 3a, the rule of
+    Jaeger's clock-skew adjuster): a child longer than its parent that starts before it
+    starts with it, one that starts inside it stays (an async call, or a streamed
+    response); any other child that sticks out is centred in the parent."""
     child_duration = child.end - child.start
     parent_duration = parent.end - parent.start
-    if child_duration >= parent_duration:
-        return parent.start - child.start
+    if child_duration > parent_duration:
+        return parent.start - child.start if child.start < parent.start else 0
+    if child.start >= parent.start and child.end <= parent.end:
+        return 0
     return parent.start + (parent_duration - child_duration) // 2 - child.start
 
 
 def attribute_window(tree: Tree, window_start: int, window_end: int) -> int:
     """Clip the tree to `[window_start, window_end]` and set every node's `self_ns`.
 
-    Every node is clipped to its (already clipped) parent, the root to the window. A child
-    left with no time inside its parent (it starts at or after the parent's end, or ends
-    at or before the parent's start) is off the walk, with its subtree; so is a CONSUMER
-    child of a PRODUCER, which does not block it (Jaeger's rules). Then walk back from the
-    window's end as Jaeger's critical path does: at each node, descend into the child with
-    the latest clipped end at or before the cursor; among equal ends, the earliest start
-    before clipping wins, then the lowest span id. Time not covered that way is the
-    node's own. Returns the window time that no node covers (before the root started or
-    after it ended), so that the nodes' `self_ns` plus the return value always equal the
-    window. It works in place, once per tree.
+    Every node first ends at `min(max(end, reach), mark)`: a client span lasts as long as
+    the streamed response it waits on (rule 3b), and a span that carries a first-token
+    mark is done at it (rule 2). Then it is clipped to its (already clipped) parent, the
+    root to the window. A child left with no time inside its parent (it starts at or after
+    the parent's end, or ends at or before the parent's start) is off the walk, with its
+    subtree; so is a CONSUMER child of a PRODUCER, which does not block it (Jaeger's
+    rules). Then walk back from the window's end as Jaeger's critical path does: at each
+    node, descend into the child with the latest clipped end at or before the cursor;
+    among equal ends, the earliest start before clipping wins, then the lowest span id.
+    Time not covered that way is the node's own. Returns the window time that no node
+    covers (before the root started or after it ended), so that the nodes' `self_ns` plus
+    the return value always equal the window. It works in place, once per tree.
     """
     root = tree.root
     root.start = start = min(max(root.start, window_start), window_end)
-    root.end = min(max(root.end, start), window_end)
+    root.end = min(max(_own_end(root), start), window_end)
     for node in tree.nodes:  # parents come before their children
         node.self_ns = 0
         node.on_path = False
@@ -247,7 +268,7 @@ def attribute_window(tree: Tree, window_start: int, window_end: int) -> int:
         ranked: list[tuple[int, int, str, Node]] = []
         off: list[Node] = []
         for kid in kids:  # clip each child, keeping its start before clipping at hand
-            start, end = kid.start, kid.end
+            start, end = kid.start, _own_end(kid)
             kid.start = clipped = low if start < low else high if start > high else start
             kid.end = clipped if end < clipped else high if end > high else end
             if (start >= high if start >= low else end <= low) or (
@@ -264,6 +285,19 @@ def attribute_window(tree: Tree, window_start: int, window_end: int) -> int:
     _walk(root, root.end)
     uncovered = (root.start - window_start) + (window_end - root.end)
     return max(0, uncovered)
+
+
+def _own_end(node: Node) -> int:
+    """Where a node's time ends for attribution before its parent clips it: extended to
+    the streamed response it waits on (rule 3b), cut at its own first-token mark (rule 2),
+    never before its start."""
+    end = node.end
+    if node.reach is not None and node.reach > end:
+        end = node.reach
+    mark = node.mark
+    if mark is not None and mark < end:
+        end = mark if mark > node.start else node.start
+    return end
 
 
 def _walk(node: Node, cursor: int) -> None:

@@ -5,13 +5,13 @@ Shared by the live collector, `spanbudget check` and the load tester.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from spanbudget.collector.attribution import Node, Tree, assemble, attribute_window
 from spanbudget.collector.budget import Budget, FirstTokenMark, Selector, WhenAbsent
-from spanbudget.collector.flat import Flat, attribute_flat, first_token_flat, flatten
 from spanbudget.collector.spans import Span, seconds_value
 from spanbudget.collector.stage_table import StageTable
 from spanbudget.collector.verdict import SEVERITY as _SEVERITY
@@ -19,7 +19,7 @@ from spanbudget.collector.verdict import StageResult, Status, Verdict, new_stage
 from spanbudget.collector.verdict_rules import apportion, band, blame, carried_attributes, round_ms
 from spanbudget.semconv import GEN_AI_REQUEST_MODEL
 
-__all__ = ["COMPILED", "Evaluator", "Judged", "evaluate", "first_token_ns"]
+__all__ = ["COMPILED", "PURE_PYTHON_ENV", "Evaluator", "Judged", "evaluate", "first_token_ns"]
 
 try:  # the fast path compiled (_judge.pyx, built by setup.py where a C compiler is)
     from spanbudget.collector import _judge
@@ -27,6 +27,10 @@ except ImportError:
     _judge = None  # type: ignore[assignment]
 
 COMPILED = _judge is not None  # whether this install has the compiled fast path
+# Set (to anything but "" or "0"), evaluators judge on the pure-Python path even where the
+# compiled one is built: `make test` runs the judging tests once more so, as msgpack's CI
+# does with MSGPACK_PUREPYTHON, so that neither path can rot.
+PURE_PYTHON_ENV = "SPANBUDGET_PURE_PYTHON"
 
 # Enum members read through the class cost a metaclass look-up each; the hot path reads
 # these module constants instead.
@@ -56,11 +60,13 @@ class Evaluator:
     per span shape (spans of one service repeat the same few shapes) and the first-token
     marks as a table.
 
-    Three paths give the same judgements (tests hold them to it): the compiled fast path
-    (`_judge.pyx`), used when it was built unless `compiled=False`; the pure-Python fast
-    path (`flat`), for the traces the compiled one hands back and where it was not built;
-    and the reference path on a `Node` tree, for `keep_tree` and for spans in a parent
-    cycle. `compiled=True` insists on the compiled path (ImportError without it).
+    Two paths give the same judgements (tests hold them to it): the compiled fast path
+    (`_judge.pyx`), used when it was built, and the reference path on a `Node` tree
+    (`attribution`), for `keep_tree`, for the traces the compiled path hands back, and
+    wherever the compiled one is not built or is switched off. This is the one place that
+    chooses: `compiled=True` insists on the compiled path (ImportError without it),
+    `compiled=False` refuses it, and None takes it unless the environment variable
+    `SPANBUDGET_PURE_PYTHON` is set.
     """
 
     def __init__(self, budget: Budget, *, compiled: bool | None = None) -> None:
@@ -77,9 +83,11 @@ class Evaluator:
                 "spanbudget's compiled evaluator is not built here: reinstall spanbudget "
                 "where a C compiler is (pip install builds it), or pass compiled=False"
             )
+        if compiled is None:
+            compiled = os.environ.get(PURE_PYTHON_ENV, "") in ("", "0")
         self._compiled = (
             _judge.CompiledJudge(budget, self._table, self._marks, Judged)
-            if _judge is not None and compiled is not False
+            if _judge is not None and compiled
             else None
         )
 
@@ -102,14 +110,10 @@ class Evaluator:
         nodes clipped to the TTFT window, with `self_ns` and `on_path` set; call
         `tree.release()` when done with it.
         """
-        if not keep_tree:
-            if self._compiled is not None:
-                judged = self._compiled.judge(spans, evaluated_at)
-                if judged is None or isinstance(judged, Judged):
-                    return judged  # else it handed the trace back: judged below
-            flat = flatten(spans, self._table)
-            if flat is not None:
-                return self._judge_flat(spans, flat, evaluated_at)
+        if not keep_tree and self._compiled is not None:
+            judged = self._compiled.judge(spans, evaluated_at)
+            if judged is None or isinstance(judged, Judged):
+                return judged  # else it handed the trace back: judged below
         return self._judge_tree(spans, evaluated_at, keep_tree)
 
     def stage_of(self, node: Node, *, is_root: bool) -> str | None:
@@ -117,72 +121,10 @@ class Evaluator:
         stage = self._table.stage(node.name, node.kind, node.service, node.attributes, is_root)
         return stage or None
 
-    def _judge_flat(
-        self, spans: Sequence[Span], flat: Flat, evaluated_at: datetime
-    ) -> Judged | None:
-        """The fast path: the trace as arrays (`flat`), no `Node` per span."""
-        matched = flat.matched
-        if not matched:
-            return None
-        first_token = first_token_flat(flat, self._marks)
-        starts = flat.start
-        window_end = first_token if first_token is not None else flat.end[0]
-        uncovered = attribute_flat(flat, starts[0], window_end)
-        stage_ns = dict.fromkeys(self._stage_names, 0)
-        breakdown_ns: dict[str, dict[str, int]] = {name: {} for name in stage_ns}
-        unattributed = uncovered
-        stages, nodes, phases = flat.stage, flat.spans, flat.phases
-        error = False
-        on_path = flat.on_path
-        for i, own in enumerate(flat.self_ns):
-            if on_path[i] and not error:
-                node = nodes[i]
-                error = node is not None and node.error
-            if not own:
-                continue
-            stage = stages[i]
-            if stage is None:
-                unattributed += own
-            else:
-                stage_ns[stage] += own
-                parts = breakdown_ns[stage]
-                node = nodes[i]
-                name = phases[i] if node is None else node.name
-                parts[name] = parts.get(name, 0) + own
-        root = nodes[0]
-        assert root is not None
-        model = None
-        for node in nodes:
-            if node is not None:
-                value = node.attributes.get(GEN_AI_REQUEST_MODEL)
-                if isinstance(value, str):
-                    model = value
-                    break
-        verdict = self._verdict(
-            spans[0].trace_id,
-            matched,
-            stage_ns,
-            breakdown_ns,
-            unattributed,
-            window_start=starts[0],
-            window_end=window_end,
-            first_token=first_token,
-            error=error,
-            skew_ns=flat.skew_ns,
-            carried=carried_attributes(root.attributes, model),
-            evaluated_at=evaluated_at,
-        )
-        ids = flat.ids
-        span_stages = {
-            ids[i]: stage for i, stage in enumerate(stages) if stage and nodes[i] is not None
-        }
-        return Judged(verdict, ids[0], span_stages, first_token)
-
     def _judge_tree(
         self, spans: Sequence[Span], evaluated_at: datetime, keep_tree: bool
     ) -> Judged | None:
-        """The reference path, on a `Node` tree: for `keep_tree`, and for the traces the
-        fast path leaves to it (spans in a parent cycle)."""
+        """The reference path, on a `Node` tree."""
         matched: set[str] = set()
         table = self._table
 
@@ -364,7 +306,9 @@ def first_token_ns(
 
 
 def _first_token(tree: Tree, marks: tuple[_Mark, ...], spans: Sequence[Span]) -> int | None:
-    """The instant of the outermost span that carries a first-token mark.
+    """The instant of the outermost span that carries a first-token mark (DESIGN §5 rule 2),
+    and on every node that carries one, its own instant as `Node.mark`: each is done with
+    the first token there, for attribution.
 
     On each span the marks are tried in the budget's order and the first that applies
     counts; among spans, the shallowest wins, then the earliest start.
@@ -397,6 +341,7 @@ def _first_token(tree: Tree, marks: tuple[_Mark, ...], spans: Sequence[Span]) ->
                 if at is None or (match and not _carries(match, node, node is root)):
                     continue
                 instant = at + (node.start - span.start_ns)  # shifted with the span
+            node.mark = instant
             candidate = (node.depth, node.start, instant)
             if best is None or candidate < best:
                 best = candidate

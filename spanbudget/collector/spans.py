@@ -20,6 +20,7 @@ __all__ = [
     "SpanKind",
     "first_events",
     "group_by_trace",
+    "same_host",
     "seconds_value",
 ]
 
@@ -92,7 +93,8 @@ class Span:
     `parent_span_id` is None for a span that declares no parent; a parent id that is not in
     the trace is kept as given (the evaluator treats such a span as parentless).
     `end_ns` is never before `start_ns`: readers clamp it. `events` holds each event name
-    once, at its earliest time (`first_events`).
+    once, at its earliest time (`first_events`). `host` is the resource's `host.name`,
+    else its `host.id`, else None (clock skew is judged per host: DESIGN §5 rule 3).
     """
 
     trace_id: str
@@ -106,6 +108,7 @@ class Span:
     attributes: Mapping[str, AttrValue] = field(default_factory=dict)
     error: bool = False
     events: tuple[SpanEvent, ...] = ()
+    host: str | None = None
 
 
 def group_by_trace(spans: Iterable[Span]) -> dict[str, list[Span]]:
@@ -114,6 +117,14 @@ def group_by_trace(spans: Iterable[Span]) -> dict[str, list[Span]]:
     for span in spans:
         traces.setdefault(span.trace_id, []).append(span)
     return traces
+
+
+def same_host(a_host: str | None, a_service: str, b_host: str | None, b_service: str) -> bool:
+    """Whether two spans ran on one host, hence on one clock (DESIGN §5 rule 3): by their
+    hosts, or by their service names where either has no host."""
+    if a_host is None or b_host is None:
+        return a_service == b_service
+    return a_host == b_host
 
 
 def seconds_value(value: AttrValue | None) -> float | None:

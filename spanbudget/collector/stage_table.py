@@ -1,19 +1,19 @@
-"""A budget's stage selectors compiled for the evaluator's fast path (`flat`).
+"""A budget's stage selectors compiled for the evaluator (DESIGN §5 rule 4).
 
 Spans of one service repeat the same few shapes (name, kind, service, root-ness), so each
 shape is resolved against the selectors once: to a stage when the shape alone decides it,
-else to the few attribute checks still in play. Whole traces repeat their shapes too: the
-table also keeps, per trace shape, the walk `flat.flatten` takes over it (`Walk`).
+else to the few attribute checks still in play. Both evaluator paths read it: the tree
+through `stage`, the compiled one through `memo`, `decision` and `phases`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from spanbudget.collector.budget import Selector, attr_text
 from spanbudget.collector.spans import AttrValue, SpanKind
 
-__all__ = ["PHASES", "Decision", "StageTable", "Walk", "resolve"]
+__all__ = ["PHASES", "Decision", "StageTable", "resolve"]
 
 PHASES = ("vllm.frontend", "vllm.queue", "vllm.prefill", "vllm.decode")
 _INTERNAL = SpanKind.INTERNAL
@@ -26,34 +26,15 @@ _Checks = tuple[tuple[str, frozenset[str]], ...]
 Decision = str | tuple[tuple[str, _Checks], ...]
 
 
-class Walk:
-    """The depth-first order `flatten` visits a trace's spans in, by position in the
-    span list: `positions[n]` is the n-th node's span, `parents[n]` its parent's position
-    (-1 for the root), `decisions[n]` the stage decision of its shape."""
-
-    __slots__ = ("decisions", "parents", "positions")
-
-    def __init__(
-        self, positions: Sequence[int], parents: Sequence[int], decisions: Sequence[Decision]
-    ) -> None:
-        self.positions = tuple(positions)
-        self.parents = tuple(parents)
-        self.decisions = tuple(decisions)
-
-
-_UNSEEN = Walk((), (), ())
-
-
 class StageTable:
-    """The compiled selectors (see the module's docstring), with two bounded memos: the
-    decision per span shape and the walk per trace shape."""
+    """The compiled selectors (see the module's docstring), with bounded memos of the
+    decision per span shape and of vLLM's phase stages per service."""
 
-    __slots__ = ("_flat", "_phases", "_walks", "memo")
+    __slots__ = ("_flat", "_phases", "memo")
 
     def __init__(self, flat: Sequence[tuple[str, Selector]]) -> None:
         self._flat = tuple(flat)
         self.memo: dict[tuple[str, SpanKind, str, bool], Decision] = {}
-        self._walks: dict[Hashable, Walk | None] = {}  # None: the shape has no fixed walk
         self._phases: dict[str, tuple[str, ...]] = {}
 
     def phases(self, service: str) -> tuple[str, ...]:
@@ -89,18 +70,6 @@ class StageTable:
         if decision is None:
             decision = self._compile(key)
         return decision
-
-    def walk(self, shape: Hashable, make: Callable[[], tuple[Walk | None, bool]]) -> Walk | None:
-        """The walk kept for a trace shape, else `make()`'s: a walk (None for none) and
-        whether it follows from the shape alone; only such a walk is kept for the shape."""
-        kept = self._walks.get(shape, _UNSEEN)
-        if kept is _UNSEEN:
-            walk, fixed = make()
-            if len(self._walks) >= _MEMO_LIMIT:
-                self._walks.clear()
-            self._walks[shape] = walk if fixed else None
-            return walk
-        return make()[0] if kept is None else kept
 
     def _compile(self, key: tuple[str, SpanKind, str, bool]) -> Decision:
         name, kind, service, is_root = key

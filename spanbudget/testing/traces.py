@@ -30,6 +30,7 @@ class TraceBuilder:
         service: str = "rag-gateway",
         error: bool = False,
         attributes: dict[str, AttrValue] | None = None,
+        host: str | None = None,
     ) -> str:
         span_id = f"{next(self._ids):016x}"
         self.spans.append(
@@ -44,6 +45,7 @@ class TraceBuilder:
                 service=service,
                 attributes=attributes or {},
                 error=error,
+                host=host,
             )
         )
         return span_id
@@ -67,10 +69,14 @@ def rag_trace(
 ) -> TraceBuilder:
     """The reference RAG request, stage by stage, with optional extra milliseconds per stage.
 
-    With no extras the critical path gives: network 5, gateway 9, retrieval 18, prompt 8,
-    prefill 100 (vLLM frontend 15, queue 10, prefill 70, decode 3, client spans 2): TTFT 140.
-    Each extra adds to its stage and to the TTFT one for one. `client_root=False` leaves
-    out the load tester's span (a server-only trace); `root_kind`/`root_service` change it.
+    The first token leaves the engine at 137 ms, reaches the gateway's LLM client at 138,
+    is written by the gateway at 139 and reaches the caller at 140: each span is done at
+    its own mark (DESIGN §5 rule 2). With no extras the critical path gives: network 6
+    (5 in, 1 back), gateway 10 (1 of it the relay), retrieval 18, prompt 8, prefill 98
+    (vLLM frontend 15, queue 10, prefill 70; chat 1, POST 2: the hops to the engine and
+    back): TTFT 140. Each extra adds to its stage and to the TTFT one for one.
+    `client_root=False` leaves out the load tester's span (a server-only trace);
+    `root_kind`/`root_service` change it.
     """
     b = TraceBuilder(trace_id=trace_id)
     s = 5 + network  # gateway server span starts
@@ -105,7 +111,7 @@ def rag_trace(
         first_token + 253,
         parent=root,
         kind=SpanKind.SERVER,
-        attributes={"http.request.method": "POST", **mark((first_token - s) / 1000)},
+        attributes={"http.request.method": "POST", **mark((first_token - 1 - s) / 1000)},
     )
     b.add("gateway.validate", s + 1, s + 2, parent=server)
     b.add("auth.verify", s + 2, s + 4 + gateway, parent=server)
@@ -138,7 +144,7 @@ def rag_trace(
         parent=server,
         kind=SpanKind.CLIENT,
         error=chat_error,
-        attributes={"gen_ai.operation.name": "chat", **mark((first_token - 1 - c0) / 1000)},
+        attributes={"gen_ai.operation.name": "chat", **mark((first_token - 2 - c0) / 1000)},
     )
     post = b.add("POST", c0 + 1, first_token + 251, parent=chat, kind=SpanKind.CLIENT)
     vllm_attrs: dict[str, AttrValue] = {

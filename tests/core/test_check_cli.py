@@ -84,7 +84,7 @@ def test_table_output(mixed_file: Path) -> None:
     result = runner.invoke(app, ["check", str(mixed_file), "--budget", BUDGET])
     assert result.exit_code == 1
     out = result.stdout
-    for text in ("overrun", "warn", "ok", "prefill", "125.0", "25.0", "140.0", "retrieval"):
+    for text in ("overrun", "warn", "ok", "prefill", "123.0", "25.0", "140.0", "retrieval"):
         assert text in out
     assert "3 traces judged (1 ok, 1 overrun, 1 warn); 0 skipped" in " ".join(out.split())
 

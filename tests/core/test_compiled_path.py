@@ -1,6 +1,8 @@
 """The compiled fast path (`_judge.pyx`): built here, judging the traces it can hold in
-64-bit integers itself, handing the rest back, and never judging otherwise than the Python
-paths; and spanbudget without it (no C compiler) judging every trace the same."""
+64-bit integers itself, handing the rest back, and never judging otherwise than the tree
+(`attribution`, what `judge(..., keep_tree=True)` runs): the verdict, each span's stage,
+the root and the first token, on random trees, under every preset and on the shared
+fixtures; and spanbudget without it (no C compiler) judging every trace the same."""
 
 from __future__ import annotations
 
@@ -16,13 +18,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spanbudget.collector.budget_file import load_preset
-from spanbudget.collector.evaluate import COMPILED, Evaluator, Judged
-from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind
+from spanbudget.collector.budget import Budget
+from spanbudget.collector.budget_file import load_budget, load_preset
+from spanbudget.collector.evaluate import COMPILED, PURE_PYTHON_ENV, Evaluator, Judged
+from spanbudget.collector.readers import parse_traces
+from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind, group_by_trace
 from spanbudget.collector.stage_table import StageTable
 from spanbudget.testing.traces import rag_trace
-from tests.core.test_attribution_properties import BUDGET, NOW
-from tests.core.test_fast_path import assert_same, fast_paths
+from tests.support.judging import (
+    BUDGET,
+    NOW,
+    PRESETS,
+    assert_same,
+    marked_trees,
+    paths,
+    span_trees,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 PYX = REPO / "spanbudget" / "collector" / "_judge.pyx"
@@ -34,6 +45,67 @@ def compiled_judge(evaluator: Evaluator) -> object:
     core = evaluator._compiled
     assert core is not None
     return core
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(span_trees())
+def test_same_judgement_on_random_trees(spans: list[Span]) -> None:
+    assert_same(paths(BUDGET), spans)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(marked_trees(), st.sampled_from(PRESETS))
+def test_same_judgement_under_every_preset(spans: list[Span], preset: str) -> None:
+    assert_same(paths(load_preset(preset).budget), spans)
+
+
+@pytest.mark.parametrize("compiled", [True, False] if COMPILED else [False])
+def test_a_long_lived_evaluator_judges_as_a_new_one(compiled: bool) -> None:
+    """The compiled selector memo carries nothing from one trace into the next."""
+    warm = Evaluator(BUDGET, compiled=compiled)
+    for i in range(60):
+        builder = rag_trace(trace_id=f"{i:032x}", retrieval=i % 7, queue=i % 5, chat_error=i == 9)
+        assert warm.judge(builder.spans, evaluated_at=NOW) == Evaluator(
+            BUDGET, compiled=compiled
+        ).judge(builder.spans, evaluated_at=NOW)
+        assert_same([warm], builder.spans)
+
+
+@pytest.mark.parametrize("budget_name", ["budget.yaml", *PRESETS])
+def test_same_judgement_on_the_shared_fixtures(budget_name: str, shared_fixtures: Path) -> None:
+    budget: Budget = (
+        load_budget(REPO / budget_name).budget
+        if budget_name.endswith(".yaml")
+        else load_preset(budget_name).budget
+    )
+    evaluators = paths(budget)
+    files = sorted((shared_fixtures / "otlp").glob("*.json")) + sorted(
+        (shared_fixtures / "jaeger").glob("*.json")
+    )
+    assert files
+    for path in files:
+        for spans in group_by_trace(parse_traces(path.read_bytes(), path.name)).values():
+            assert_same(evaluators, spans)
+
+
+def test_the_environment_switches_the_compiled_path_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`make test` runs the judging tests once more with SPANBUDGET_PURE_PYTHON=1: then an
+    evaluator built without a choice judges on the tree; asking for either still works."""
+    monkeypatch.setenv(PURE_PYTHON_ENV, "1")
+    assert not Evaluator(BUDGET).compiled
+    if COMPILED:
+        assert Evaluator(BUDGET, compiled=True).compiled
+    monkeypatch.setenv(PURE_PYTHON_ENV, "0")
+    assert Evaluator(BUDGET).compiled is COMPILED
+
+
+def test_traces_in_a_parent_cycle_go_to_the_tree() -> None:
+    """Spans whose parents form a cycle are left to the tree, which adopts them."""
+    a = Span("t" * 32, "a" * 16, "a", 0, 10, parent_span_id="b" * 16, kind=SpanKind.CLIENT)
+    b = Span("t" * 32, "b" * 16, "auth.x", 1, 5, parent_span_id="a" * 16)
+    assert_same(paths(BUDGET), [a, b])
 
 
 def test_the_compiled_path_is_built_from_this_source() -> None:
@@ -119,7 +191,7 @@ def test_what_it_cannot_hold_in_64_bits_is_handed_back(case: str) -> None:
 
     spans = HANDED_BACK[case]
     assert compiled_judge(Evaluator(BUDGET)).judge(spans, NOW) is HANDBACK  # type: ignore[attr-defined]
-    assert_same(fast_paths(BUDGET), spans)
+    assert_same(paths(BUDGET), spans)
 
 
 @needs_compiled
@@ -138,7 +210,7 @@ def test_times_just_inside_the_limit_are_judged_there() -> None:
     judged = compiled_judge(Evaluator(BUDGET)).judge(spans, NOW)  # type: ignore[attr-defined]
     assert isinstance(judged, Judged)
     assert judged.verdict.ttft_ms == 100.0
-    assert_same(fast_paths(BUDGET), spans)
+    assert_same(paths(BUDGET), spans)
 
 
 @pytest.mark.parametrize("compiled", [True, False] if COMPILED else [False])
@@ -236,7 +308,7 @@ def odd_traces(draw: st.DrawFn) -> list[Span]:
 @given(odd_traces(), st.sampled_from(["budget.yaml", "openllmetry", "vllm-v0"]))
 def test_odd_values_and_times_judge_alike_on_every_path(spans: list[Span], budget: str) -> None:
     table = BUDGET if budget == "budget.yaml" else load_preset(budget).budget
-    assert_same(fast_paths(table), spans)
+    assert_same(paths(table), spans)
 
 
 def test_a_change_to_the_verdict_classes_stops_the_compiled_path() -> None:

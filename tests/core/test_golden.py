@@ -1,7 +1,11 @@
 """Golden traces: the reference path in the situations a budget must tell apart.
 
-Every expected number below is computed by hand from the layout in `tests/traces.py`
-(base: network 5, gateway 9, retrieval 18, prompt 8, prefill 100, TTFT 140 ms).
+Every expected number below is computed by hand from the layout of
+`spanbudget.testing.traces.rag_trace` (base: network 6, gateway 10, retrieval 18,
+prompt 8, prefill 98, TTFT 140 ms). The first token's marks: engine 137, the gateway's
+LLM client 138, the gateway's server span 139, the caller 140; each span is done at its
+own mark (DESIGN §5 rule 2), so the way back is network 139..140, the gateway's relay
+138..139 and the POST hop from the engine 137..138.
 """
 
 from __future__ import annotations
@@ -52,20 +56,20 @@ def test_everything_within_targets(budget: Budget) -> None:
         "stages": [
             {
                 "name": "network",
-                "ms": 5.0,
+                "ms": 6.0,
                 "target_ms": 30.0,
                 "limit_ms": 50.0,
                 "status": "ok",
-                "breakdown": {"chat qwen2.5-7b": 5.0},
+                "breakdown": {"chat qwen2.5-7b": 6.0},
             },
             {
                 "name": "gateway",
-                "ms": 9.0,
+                "ms": 10.0,
                 "target_ms": 10.0,
                 "limit_ms": 15.0,
                 "status": "ok",
                 "breakdown": {
-                    "POST /v1/chat/completions": 6.0,
+                    "POST /v1/chat/completions": 7.0,
                     "auth.verify": 2.0,
                     "gateway.validate": 1.0,
                 },
@@ -92,14 +96,13 @@ def test_everything_within_targets(budget: Budget) -> None:
             },
             {
                 "name": "prefill",
-                "ms": 100.0,
+                "ms": 98.0,
                 "target_ms": 100.0,
                 "limit_ms": 120.0,
                 "status": "ok",
                 "breakdown": {
                     "chat qwen2.5-7b": 1.0,
-                    "POST": 1.0,
-                    "vllm.decode": 3.0,
+                    "POST": 2.0,
                     "vllm.prefill": 70.0,
                     "vllm.queue": 10.0,
                     "vllm.frontend": 15.0,
@@ -122,12 +125,12 @@ def test_everything_within_targets(budget: Budget) -> None:
 @pytest.mark.parametrize(
     ("extra", "stage", "ms", "ttft", "total_status"),
     [
-        ({"network": 50}, "network", 55.0, 190.0, "warn"),
-        ({"gateway": 10}, "gateway", 19.0, 150.0, "ok"),
+        ({"network": 50}, "network", 56.0, 190.0, "warn"),
+        ({"gateway": 10}, "gateway", 20.0, 150.0, "ok"),
         ({"retrieval": 30}, "retrieval", 48.0, 170.0, "ok"),
         ({"prompt": 15}, "prompt", 23.0, 155.0, "ok"),
-        ({"prefill": 25}, "prefill", 125.0, 165.0, "ok"),
-        ({"queue": 30}, "prefill", 130.0, 170.0, "ok"),
+        ({"prefill": 25}, "prefill", 123.0, 165.0, "ok"),
+        ({"queue": 30}, "prefill", 128.0, 170.0, "ok"),
     ],
 )
 def test_each_stage_over_its_limit(
@@ -151,7 +154,7 @@ def test_each_stage_over_its_limit(
 
 
 def test_blame_orders_by_excess_over_limit(budget: Budget) -> None:
-    # retrieval 48 (8 over its 40), prefill 125 (5 over its 120)
+    # retrieval 48 (8 over its 40), prefill 123 (3 over its 120)
     verdict = judge(budget, rag_trace(retrieval=30, prefill=25))
     assert verdict.blame == ("retrieval", "prefill")
     assert verdict.ttft_ms == 195.0
@@ -159,8 +162,9 @@ def test_blame_orders_by_excess_over_limit(budget: Budget) -> None:
 
 
 def test_total_over_limit_with_no_stage_over(budget: Budget) -> None:
-    # An internal root from a browser front end: no stage, so its 25 ms are unattributed,
-    # and no client root, so network is unmeasured and the total limit is 250 - 50 = 200.
+    # An internal root from a browser front end: no stage, so its 26 ms (25 in, 1 back)
+    # are unattributed, and no client root, so network is unmeasured and the total limit
+    # is 250 - 50 = 200.
     builder = rag_trace(
         network=20,
         gateway=5,
@@ -173,19 +177,19 @@ def test_total_over_limit_with_no_stage_over(budget: Budget) -> None:
     verdict = judge(budget, builder)
     assert stage_ms(verdict) == {
         "network": None,
-        "gateway": 14.0,
+        "gateway": 15.0,
         "retrieval": 38.0,
         "prompt": 18.0,
-        "prefill": 118.0,
+        "prefill": 116.0,
     }
     assert set(stage_status(verdict).values()) == {"warn", "unmeasured"}
-    assert verdict.unattributed_ms == 25.0
+    assert verdict.unattributed_ms == 26.0
     assert verdict.ttft_ms == 213.0
     assert (verdict.total_target_ms, verdict.total_limit_ms) == (140.0, 200.0)
     assert verdict.total_status is Status.OVERRUN
     assert verdict.status is Status.OVERRUN
     assert verdict.overrun_ms == 13.0
-    # Over target by: retrieval 18, prefill 18 (file order breaks the tie), prompt 8, gateway 4.
+    # Over target by: retrieval 18, prefill 16, prompt 8, gateway 5.
     assert verdict.blame == ("retrieval", "prefill", "prompt", "gateway")
 
 
@@ -242,7 +246,7 @@ def test_retrieval_absent(budget: Budget) -> None:
     retrieval = verdict.stage("retrieval")
     assert (retrieval.ms, retrieval.status) == (0.0, Status.ABSENT)
     # The 18 ms where retrieval used to run are now the gateway server span's own time.
-    assert verdict.stage("gateway").ms == 27.0
+    assert verdict.stage("gateway").ms == 28.0
     assert verdict.status is Status.OVERRUN
     assert verdict.blame == ("gateway",)
     assert verdict.ttft_ms == 140.0
@@ -252,11 +256,12 @@ def test_retrieval_absent(budget: Budget) -> None:
 def test_error_span_fails_the_trace(budget: Budget, client_root: bool) -> None:
     # The chat span failed after streaming began: a broken stream is a failed request.
     # The span started before the first token, so it is on the critical path, with or
-    # without the caller's span around the server's.
+    # without the caller's span around the server's (then the first token is the
+    # server's, at 139 ms, 134 ms after it started).
     verdict = judge(budget, rag_trace(chat_error=True, client_root=client_root))
     assert verdict.status is Status.ERROR
     assert verdict.total_status is Status.OK
-    assert verdict.ttft_ms == (140.0 if client_root else 135.0)
+    assert verdict.ttft_ms == (140.0 if client_root else 134.0)
 
 
 def test_no_first_token_is_incomplete(budget: Budget) -> None:
@@ -277,29 +282,29 @@ def test_no_first_token_is_incomplete(budget: Budget) -> None:
 
 def test_server_only_trace_is_judged_on_200(budget: Budget) -> None:
     verdict = judge(budget, rag_trace(client_root=False, prefill=70))
-    # TTFT runs from the server span's start (5 ms) to the first token (210 ms).
-    assert verdict.ttft_ms == 205.0
+    # TTFT runs from the server span's start (5 ms) to its own first token (209 ms).
+    assert verdict.ttft_ms == 204.0
     assert verdict.stage("network").status is Status.UNMEASURED
     assert verdict.stage("network").ms is None
     assert (verdict.total_target_ms, verdict.total_limit_ms) == (140.0, 200.0)
     assert verdict.total_status is Status.OVERRUN
-    assert verdict.overrun_ms == 5.0
+    assert verdict.overrun_ms == 4.0
     assert verdict.blame == ("prefill",)
 
 
 def test_remote_child_skewed_by_40ms(budget: Budget) -> None:
     verdict = judge(budget, rag_trace(vllm_skew_ms=40))
     # llm_request (42..390) runs 40 ms late by the engine's clock, 82..430, and spills
-    # out of its parent (POST, 41..391). Being 2 ms shorter it is centred at 42 ms: the
-    # 40 ms shift undoes the skew, and the breakdown is the unskewed one.
+    # out of its parent (POST, 41..391). The engine is another host (no host.name: the
+    # service names stand in) and the span is 2 ms shorter, so it is centred at 42 ms:
+    # the 40 ms shift undoes the skew, and the breakdown is the unskewed one.
     assert verdict.skew_adjusted_ms == 40.0
     assert verdict.ttft_ms == 140.0
     prefill = verdict.stage("prefill")
-    assert prefill.ms == 100.0
+    assert prefill.ms == 98.0
     assert prefill.breakdown == {
         "chat qwen2.5-7b": 1.0,
-        "POST": 1.0,
-        "vllm.decode": 3.0,
+        "POST": 2.0,
         "vllm.prefill": 70.0,
         "vllm.queue": 10.0,
         "vllm.frontend": 15.0,
@@ -311,7 +316,7 @@ def test_vllm_request_with_queue_and_prefill(budget: Budget) -> None:
     prefill = verdict.stage("prefill")
     assert prefill.breakdown["vllm.queue"] == 50.0
     assert prefill.breakdown["vllm.prefill"] == 80.0
-    assert prefill.ms == 150.0
+    assert prefill.ms == 148.0
     assert verdict.blame == ("prefill",)
     assert verdict.ttft_ms == 190.0
 
@@ -343,7 +348,9 @@ def test_vllm_phases_that_do_not_fit_are_clamped(budget: Budget) -> None:
     assert breakdown["vllm.prefill"] == 50.0
     assert breakdown["vllm.queue"] == 30.0
     assert "vllm.frontend" not in breakdown
-    assert breakdown["vllm.decode"] == 10.0
+    # The engine is done at its first token (90): 90..100 is the way back, the client's.
+    assert "vllm.decode" not in breakdown
+    assert breakdown["chat m"] == 20.0
 
 
 def test_trace_matching_no_stage_is_skipped(budget: Budget) -> None:
@@ -374,10 +381,10 @@ def test_orphans_hang_under_the_root(budget: Budget) -> None:
     verdict = judge(budget, builder)
     # Under the root it competes with the gateway's server span, which finished later and
     # covers it: the critical path goes through the server span, whose own time now
-    # includes 28..40 (17 ms of gateway in all). Every instant still counts once.
+    # includes 28..40 (18 ms of gateway in all). Every instant still counts once.
     assert verdict.stage("prompt").ms == 0.0
     assert verdict.stage("prompt").status is Status.OK
-    assert verdict.stage("gateway").ms == 17.0
+    assert verdict.stage("gateway").ms == 18.0
     assert verdict.ttft_ms == 140.0
     assert sum(s.ms or 0 for s in verdict.stages) + verdict.unattributed_ms == 140.0
 

@@ -24,7 +24,7 @@ from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.sinks import Decisions
 from spanbudget.collector.spans import Span, SpanKind, first_events
 from spanbudget.collector.verdict import Verdict
-from spanbudget.semconv import SERVICE_NAME
+from spanbudget.semconv import HOST_ID, HOST_NAME, SERVICE_NAME
 
 __all__ = ["BudgetSpanProcessor", "span_from_sdk"]
 
@@ -38,7 +38,9 @@ def span_from_sdk(span: ReadableSpan) -> Span:
     context = span.context
     assert context is not None  # an ended SDK span always has one
     parent = span.parent
-    service = span.resource.attributes.get(SERVICE_NAME, "unknown_service")
+    resource = span.resource.attributes
+    service = resource.get(SERVICE_NAME, "unknown_service")
+    host = resource.get(HOST_NAME) or resource.get(HOST_ID)
     start = span.start_time or 0
     end = span.end_time or start
     return Span(
@@ -53,6 +55,7 @@ def span_from_sdk(span: ReadableSpan) -> Span:
         attributes=dict(span.attributes or {}),  # type: ignore[arg-type]
         error=span.status.status_code is StatusCode.ERROR,
         events=first_events((e.name, e.timestamp) for e in span.events) if span.events else (),
+        host=None if host is None else str(host),
     )
 
 

@@ -39,7 +39,10 @@ CREATE TABLE IF NOT EXISTS trace_spans (
 );
 CREATE INDEX IF NOT EXISTS trace_spans_time ON trace_spans (stored_at);
 """
-_FORMAT = 1  # first element of every stored body, to read old rows after a change
+# The first element of every stored body, to read old rows after a change: format 2 added
+# each span's host (format 1's rows are read with none).
+_FORMAT = 2
+_FORMATS = (1, 2)
 
 
 def encode_spans(spans: Sequence[Span]) -> bytes:
@@ -55,6 +58,7 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
             s.service,
             dict(s.attributes),
             s.error,
+            s.host,
         ]
         for s in spans
     ]
@@ -64,7 +68,7 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
 
 def decode_spans(body: bytes) -> list[Span]:
     version, trace_id, rows = json.loads(zlib.decompress(body))
-    if version != _FORMAT:
+    if version not in _FORMATS:
         raise ValueError(f"unknown span body format {version!r}")
     return [
         Span(
@@ -78,8 +82,9 @@ def decode_spans(body: bytes) -> list[Span]:
             service=service,
             attributes={k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()},
             error=error,
+            host=host[0] if host else None,
         )
-        for span_id, parent, name, start, end, kind, service, attrs, error in rows
+        for span_id, parent, name, start, end, kind, service, attrs, error, *host in rows
     ]
 
 

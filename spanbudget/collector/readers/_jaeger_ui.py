@@ -11,6 +11,7 @@ from typing import Any
 
 from spanbudget.collector.readers._errors import TraceReadError
 from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind, first_events
+from spanbudget.semconv import HOST_ID, HOST_NAME
 
 __all__ = ["spans_from_jaeger_trace", "spans_from_jaeger_ui"]
 
@@ -23,6 +24,7 @@ SPAN_ID_HEX = 16
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 _KINDS = {kind.value: kind for kind in SpanKind}
 # The tags Jaeger's OTLP translator writes for OTLP span fields; it drops them on the way back.
+_HOST_TAGS = (HOST_NAME, HOST_ID, "hostname")  # in the order they are preferred
 _DERIVED_TAGS = frozenset(
     {
         "span.kind",
@@ -99,6 +101,7 @@ def _span(raw: Any, processes: dict[str, Any], trace_id: Any, source: str, where
             attributes[key] = value
 
     start_ns = start_us * 1000
+    process = _process(raw, processes)
     return Span(
         trace_id=trace_id,
         span_id=span_id,
@@ -107,10 +110,11 @@ def _span(raw: Any, processes: dict[str, Any], trace_id: Any, source: str, where
         end_ns=start_ns + max(duration_us, 0) * 1000,
         parent_span_id=_parent(raw.get("references"), trace_id, f"{where}.references", source),
         kind=kind,
-        service=_service(raw, processes),
+        service=_service(process),
         attributes=attributes,
         error=error,
         events=_events(raw.get("logs"), f"{where}.logs", source),
+        host=_host(process),
     )
 
 
@@ -160,13 +164,32 @@ def _parent(references: Any, trace_id: str, where: str, source: str) -> str | No
     return follows_from
 
 
-def _service(raw: dict[str, Any], processes: dict[str, Any]) -> str:
+def _process(raw: dict[str, Any], processes: dict[str, Any]) -> dict[str, Any] | None:
     # /api/traces refers to processes by id; the older embedded form carries the process.
     process = raw.get("process")
     if not isinstance(process, dict):
         process = processes.get(raw.get("processID", ""))
-    name = process.get("serviceName") if isinstance(process, dict) else None
+    return process if isinstance(process, dict) else None
+
+
+def _service(process: dict[str, Any] | None) -> str:
+    name = process.get("serviceName") if process is not None else None
     return name if isinstance(name, str) and name else UNKNOWN_SERVICE
+
+
+def _host(process: dict[str, Any] | None) -> str | None:
+    """The process's host (DESIGN §5 rule 3): its `host.name` tag (OTLP resources become
+    process tags), else `host.id`, else `hostname` (what Jaeger's own clients set)."""
+    tags = process.get("tags") if process is not None else None
+    if not isinstance(tags, list):
+        return None
+    found: dict[str, str] = {}
+    for tag in tags:
+        if isinstance(tag, dict) and tag.get("key") in _HOST_TAGS:
+            value = tag.get("value")
+            if isinstance(value, str | int) and not isinstance(value, bool) and value != "":
+                found[tag["key"]] = str(value)
+    return next((found[key] for key in _HOST_TAGS if key in found), None)
 
 
 def _tag(tag: Any, where: str, source: str) -> tuple[str, AttrValue]:

@@ -17,7 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from spanbudget.collector.readers._errors import TraceReadError
 from spanbudget.collector.spans import AttrValue, Span, SpanKind, first_events
-from spanbudget.semconv import SERVICE_NAME
+from spanbudget.semconv import HOST_ID, HOST_NAME, SERVICE_NAME
 
 __all__ = [
     "request_from_json",
@@ -58,7 +58,9 @@ def spans_from_otlp(
     no_parent = _NO_PARENT
     value_of = _value
     for resource_spans in request.resource_spans:
-        service = _service_name(resource_spans.resource.attributes)
+        resource = resource_spans.resource.attributes
+        service = _service_name(resource)
+        host = _host(resource)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 trace_id = span.trace_id
@@ -93,6 +95,7 @@ def spans_from_otlp(
                         attributes,
                         span.status.code == STATUS_CODE_ERROR,
                         first_events((e.name, e.time_unix_nano) for e in events) if events else (),
+                        host,
                     )
                 )
     return spans
@@ -131,6 +134,17 @@ def _service_name(attributes: Any) -> str:
             value = _value(kv.value)
             return value if isinstance(value, str) else str(value)
     return UNKNOWN_SERVICE
+
+
+def _host(attributes: Any) -> str | None:
+    """The resource's host.name, else its host.id, else None (DESIGN §5 rule 3)."""
+    found: dict[str, str] = {}
+    for kv in attributes:
+        if kv.key in (HOST_NAME, HOST_ID):
+            value = _value(kv.value)
+            if value != "":
+                found[kv.key] = value if isinstance(value, str) else str(value)
+    return found.get(HOST_NAME) or found.get(HOST_ID)
 
 
 def _value(value: Any) -> AttrValue:
