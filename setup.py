@@ -1,4 +1,4 @@
-"""The evaluator's compiled fast path, `spanbudget/collector/_judge.pyx`, built with Cython.
+"""The evaluator's compiled fast path, `collector/judging/_judge.pyx`, built with Cython.
 
 Everything else about the package is in pyproject.toml. The extension is optional: where
 it cannot be compiled (no C compiler), spanbudget installs all the same and judges every
@@ -9,7 +9,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 extensions = cythonize(
-    [Extension("spanbudget.collector._judge", ["spanbudget/collector/_judge.pyx"])],
+    [Extension("spanbudget.collector.judging._judge", ["collector/judging/_judge.pyx"])],
     language_level=3,
 )
 for extension in extensions:

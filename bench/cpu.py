@@ -8,15 +8,16 @@ a nominal and a burst rate, and where retrieval's wall time goes.
 `--quick` (CI) ingests 3 documents into a temp dir and measures `after` at 4 req/s for
 2 s: it checks the bench runs (with the reference models), not its numbers.
 
-It starts the same processes as the demo (`spanbudget.demo.stack_children`), on ports of
-its own, and drives the gateway with the load tester's open-loop dispatcher from this
-process. CPU time comes from /proc/<pid>/stat (utime + stime), the time spent runnable
-but waiting for a core from /proc/<pid>/task/*/schedstat: contention from other work on
-the machine changes the wall times much more than the CPU-ms. Configurations run one after
-the other in the same run: `before` runs the query model as the gateway first did, eagerly,
-in a worker thread of the gateway's own process; `after` with the shipped defaults; the
-others change one setting of `after`. (Qdrant Edge's one search thread and the collector's
-lower priority apply to every configuration: `after-qdrant8` undoes the first.)
+It starts the same processes as the demo (`spanbudget.stack.Stack`, as
+`spanbudget.demo.stack_of` sets it up), on ports of its own, and drives the gateway with
+the load tester's open-loop dispatcher from this process. CPU time comes from
+/proc/<pid>/stat (utime + stime), the time spent runnable but waiting for a core from
+/proc/<pid>/task/*/schedstat: contention from other work on the machine changes the wall
+times much more than the CPU-ms. Configurations run one after the other in the same run:
+`before` runs the query model as the gateway first did, eagerly, in a worker thread of the
+gateway's own process; `after` with the shipped defaults; the others change one setting of
+`after`. (Qdrant Edge's one search thread and the collector's lower priority apply to
+every configuration: `after-qdrant8` undoes the first.)
 
 The latency rows are the budget collector's verdicts, as in the demo. The collector also
 forwards the spans to a receiver in this process, which reads what the `embeddings {model}`
@@ -59,10 +60,10 @@ from spanbudget.collector.loadtest.schedule import Arrival, Phase, build_schedul
 from spanbudget.collector.loadtest.telemetry import loadtest_tracer_provider
 from spanbudget.collector.loadtest.verdicts import wait_for_verdicts
 from spanbudget.collector.stats import percentile
-from spanbudget.demo import DemoSettings, ingest_if_needed, stack_children
+from spanbudget.demo import DemoSettings, ingest_if_needed, stack_of
 from spanbudget.processes import Supervisor
 from spanbudget.service import semconv as sc
-from spanbudget.testing.servers import free_port
+from tests.support.servers import free_port
 
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 MODEL = "Qwen/Qwen3-8B"
@@ -295,7 +296,7 @@ def measure(
     try:
         args.data_dir.mkdir(parents=True, exist_ok=True)
         ingest_if_needed(settings, supervisor, console)
-        children = stack_children(settings, REPO / "budget.yaml")
+        children = stack_of(settings, REPO / "budget.yaml").children()
         for child in children:
             if child.name == "gateway":
                 child.env = {**child.env, **env}

@@ -43,7 +43,7 @@ from rich.table import Table
 
 from spanbudget.collector.stats import percentile
 from spanbudget.processes import Child, Supervisor
-from spanbudget.testing.servers import free_port
+from tests.support.servers import free_port
 
 PROMPT_TEXT = (
     "Context: the scheduler batches decode tokens of running sequences with prefill chunks "

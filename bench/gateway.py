@@ -42,8 +42,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from spanbudget.collector.budget_file import load_budget
-from spanbudget.collector.evaluate import Evaluator
+from spanbudget.collector.budget.loader import load_budget
+from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.live.processor import span_from_sdk
 from spanbudget.collector.stats import percentile
 from spanbudget.service import semconv as sc
@@ -54,7 +54,7 @@ from spanbudget.service.settings import Settings
 from spanbudget.service.telemetry import build_tracer_provider
 from spanbudget.service.tokens import load_tokenizer
 from spanbudget.service.vectorstore import EdgeStore
-from spanbudget.testing.servers import free_port
+from tests.support.servers import free_port
 
 sys.path.insert(0, str(REPO / "bench"))
 from bench_summary import record

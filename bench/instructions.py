@@ -35,8 +35,8 @@ def child(root: Path, what: str, passes: int, count: int) -> None:
     sys.path[:0] = [str(root), str(root / "bench")]
     from evaluate import make_traces, tree_walk  # the bench of the checkout counted
 
-    from spanbudget.collector.budget_file import load_budget
-    from spanbudget.collector.evaluate import Evaluator
+    from spanbudget.collector.budget.loader import load_budget
+    from spanbudget.collector.judging.evaluate import Evaluator
 
     budget = load_budget(root / "budget.yaml").budget
     # "evaluate": the path the collector takes (compiled where built); "pure": the other.
@@ -102,7 +102,7 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from spanbudget.collector.evaluate import COMPILED
+    from spanbudget.collector.judging.evaluate import COMPILED
 
     floor = None if args.quick else per_trace(valgrind, REPO, "walk", args.traces)
     path = "compiled" if COMPILED else "pure Python, the compiled path not built"

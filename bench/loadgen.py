@@ -43,7 +43,7 @@ from spanbudget.collector.loadtest.client import ChatRequest
 from spanbudget.collector.loadtest.runner import RunSettings, run_requests
 from spanbudget.collector.loadtest.schedule import Arrival, Phase, build_schedule
 from spanbudget.collector.stats import percentile
-from spanbudget.testing.servers import free_port
+from tests.support.servers import free_port
 
 
 def sleep_floor(seconds: float, step: float = 0.005) -> float:
@@ -60,7 +60,7 @@ def sleep_floor(seconds: float, step: float = 0.005) -> float:
 def _serve(port: int) -> None:
     import uvicorn
 
-    from spanbudget.testing.sse_server import Stall, sse_app
+    from tests.support.sse_server import Stall, sse_app
 
     uvicorn.run(sse_app(Stall()), host="127.0.0.1", port=port, log_level="error")
 

@@ -37,8 +37,8 @@ from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.table import Table
 
-from spanbudget.collector.budget_file import load_budget
-from spanbudget.collector.evaluate import COMPILED, Evaluator
+from spanbudget.collector.budget.loader import load_budget
+from spanbudget.collector.judging.evaluate import COMPILED, Evaluator
 from spanbudget.collector.live.api import create_app
 from spanbudget.collector.live.gc_settings import tune_for_throughput
 from spanbudget.collector.live.metrics import CollectorMetrics
@@ -48,9 +48,9 @@ from spanbudget.collector.live.span_store import SpanStore
 from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.readers import spans_from_otlp
 from spanbudget.collector.spans import Span
-from spanbudget.testing.otlp import to_request
-from spanbudget.testing.servers import ServerThread
-from spanbudget.testing.traces import rag_trace
+from tests.support.otlp import to_request
+from tests.support.servers import ServerThread
+from tests.support.traces import rag_trace
 
 sys.path.insert(0, str(REPO / "bench"))
 from bench_summary import record

@@ -36,8 +36,9 @@ from rich.console import Console
 from rich.table import Table
 
 from spanbudget.collector.alerts.engine import AlertEngine
-from spanbudget.collector.budget_file import load_budget
-from spanbudget.collector.evaluate import Evaluator
+from spanbudget.collector.budget.loader import load_budget
+from spanbudget.collector.judging.evaluate import Evaluator
+from spanbudget.collector.judging.verdict import Verdict
 from spanbudget.collector.live.api import create_app
 from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.pipeline import Pipeline
@@ -45,9 +46,8 @@ from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.live.span_store import SpanStore
 from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.spans import Span
-from spanbudget.collector.verdict import Verdict
-from spanbudget.testing.servers import ServerThread
-from spanbudget.testing.traces import rag_trace
+from tests.support.servers import ServerThread
+from tests.support.traces import rag_trace
 
 SHAPES = 400
 RUNS = 10

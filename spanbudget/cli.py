@@ -1,12 +1,12 @@
 """The `spanbudget` command: a thin composition root over the `service` and `collector` CLIs.
 
 Each command lives next to the code it drives and keeps heavy imports (torch, the
-tokenizer, Qdrant) inside its body, so `spanbudget --help` stays fast.
+tokenizer, Qdrant) inside its body, so importing them all here keeps `spanbudget --help`
+fast.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -14,19 +14,15 @@ from typing import Annotated
 
 import typer
 
+from spanbudget.collector.cli import budget_app, check
+from spanbudget.collector.live.cli import collect
+from spanbudget.collector.loadtest.cli import loadtest, report
 from spanbudget.extras import exit_unless_installed
+from spanbudget.service.cli import ingest, serve
+from spanbudget.service.engine.cli import engine
 from spanbudget.terminal import HELP_WIDTH, make_console, print_error
 
 __all__ = ["app", "main"]
-
-# (module, function names): every function becomes the command of the same name.
-COMMAND_MODULES: list[tuple[str, list[str]]] = [
-    ("spanbudget.collector.cli", ["check"]),
-    ("spanbudget.collector.live.cli", ["collect"]),
-    ("spanbudget.service.cli", ["serve", "ingest"]),
-    ("spanbudget.service.engine.cli", ["engine"]),
-    ("spanbudget.collector.loadtest.cli", ["loadtest", "report"]),
-]
 
 app = typer.Typer(
     name="spanbudget",
@@ -44,13 +40,10 @@ def _root() -> None:
     """End-to-end latency budget tracer for LLM request paths, on OpenTelemetry."""
 
 
-for module_name, names in COMMAND_MODULES:
-    module = importlib.import_module(module_name)
-    for name in names:
-        app.command(name)(getattr(module, name))
-
-_budget_cli = importlib.import_module("spanbudget.collector.cli")
-app.add_typer(_budget_cli.budget_app, name="budget")
+# `spanbudget --help` lists them in this order.
+for command in (check, collect, serve, ingest, engine, loadtest, report):
+    app.command()(command)
+app.add_typer(budget_app, name="budget")
 
 
 def main() -> None:

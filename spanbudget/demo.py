@@ -8,9 +8,7 @@ queue, and prints the per-stage report.
 
 from __future__ import annotations
 
-import shutil
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -22,8 +20,8 @@ import httpx
 from rich.console import Console
 from rich.markup import escape
 
-from spanbudget.collector.budget_file import BudgetError, load_budget
-from spanbudget.collector.budget_source import find_budget
+from spanbudget.collector.budget.loader import BudgetError, load_budget
+from spanbudget.collector.budget.source import find_budget
 from spanbudget.collector.loadtest.files import read_results
 from spanbudget.collector.loadtest.report_model import Report
 from spanbudget.collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, new_run_id
@@ -33,11 +31,9 @@ from spanbudget.collector.loadtest.verdicts import CollectorUnavailable, wait_fo
 from spanbudget.collector.stats import percentile
 from spanbudget.processes import Child, ChildFailed, Supervisor
 from spanbudget.service.settings import Settings as GatewaySettings
+from spanbudget.stack import CHILD_ENV, Stack, spanbudget_command
 
-__all__ = ["DemoSettings", "ingest_if_needed", "run_demo", "stack_children"]
-
-# Spans leave each process within 200 ms, so verdicts follow the requests closely.
-_CHILD_ENV = {"OTEL_BSP_SCHEDULE_DELAY": "200", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+__all__ = ["DemoSettings", "ingest_if_needed", "run_demo", "stack_of"]
 
 
 @dataclass(frozen=True)
@@ -64,21 +60,6 @@ class _Interrupted(Exception):
     pass
 
 
-def _command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "spanbudget", *args]
-
-
-# The collector judges traces after the fact, off every request's path: on a small machine
-# it takes a core only when the request path leaves one (lowering priority needs no right).
-_COLLECTOR_NICE = 10
-
-
-def _niced(command: list[str], nice: int) -> list[str]:
-    """`command` at a lower CPU priority, with `nice` where the system has it."""
-    tool = shutil.which("nice")
-    return [tool, "-n", str(nice), *command] if tool else command
-
-
 def ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: Console) -> None:
     # Where the gateway will read, with the same environment (SPANBUDGET_COLLECTION, ...).
     overrides: dict[str, Any] = {"data_dir": settings.data_dir}
@@ -88,10 +69,10 @@ def ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: Co
     console.print("[bold]first run:[/] ingesting the default corpus (the Python docs)...")
     child = Child(
         "ingest",
-        _command("ingest", "--data-dir", str(settings.data_dir)),
+        spanbudget_command("ingest", "--data-dir", str(settings.data_dir)),
         "",
         settings.data_dir / "logs" / "ingest.log",
-        _CHILD_ENV,
+        CHILD_ENV,
     )
     supervisor.start(child)
     assert child.process is not None
@@ -101,61 +82,18 @@ def ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: Co
         raise ChildFailed(f"ingest failed with code {code}:\n{child.log_tail()}")
 
 
-def stack_children(settings: DemoSettings, budget: Path) -> list[Child]:
-    """The collector, the engine emulator and the gateway, as the demo starts them (in order).
-
-    bench/cpu.py starts the same composition to measure where the CPU goes.
-    """
-    collector_url = f"http://{settings.collector}"
-    otlp_env = {**_CHILD_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": collector_url}
-    logs = settings.data_dir / "logs"
-    engine_args = ["engine", "--listen", settings.engine]
-    if settings.preset:
-        engine_args += ["--preset", settings.preset]
-    return [
-        Child(
-            "collector",
-            _niced(
-                _command(
-                    "collect",
-                    "--listen",
-                    settings.collector,
-                    "--budget",
-                    str(budget),
-                    "--db",
-                    str(settings.data_dir / "verdicts.db"),
-                    "--decision-wait",
-                    settings.decision_wait,
-                ),
-                _COLLECTOR_NICE,
-            ),
-            f"{collector_url}/readyz",
-            logs / "collector.log",
-            _CHILD_ENV,
-        ),
-        Child(
-            "engine",
-            _command(*engine_args),
-            f"http://{settings.engine}/health",
-            logs / "engine.log",
-            otlp_env,
-        ),
-        Child(
-            "gateway",
-            _command(
-                "serve",
-                "--listen",
-                settings.gateway,
-                "--llm-base-url",
-                f"http://{settings.engine}/v1",
-                "--data-dir",
-                str(settings.data_dir),
-            ),
-            f"http://{settings.gateway}/readyz",
-            logs / "gateway.log",
-            {**otlp_env, "SPANBUDGET_API_KEYS": ""},
-        ),
-    ]
+def stack_of(settings: DemoSettings, budget: Path) -> Stack:
+    """The embedded stack as the demo starts it; bench/cpu.py starts the same to measure
+    where the CPU goes."""
+    return Stack(
+        data_dir=settings.data_dir,
+        budget=budget,
+        collector=settings.collector,
+        engine=settings.engine,
+        gateway=settings.gateway,
+        preset=settings.preset,
+        decision_wait=settings.decision_wait,
+    )
 
 
 def what_to_look_at(report: Report | None) -> str:
@@ -245,7 +183,7 @@ def run_demo(settings: DemoSettings, console: Console) -> int:
     try:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         ingest_if_needed(settings, supervisor, console)
-        children = stack_children(settings, source.path)
+        children = stack_of(settings, source.path).children()
         for child in children:
             supervisor.start(child)
         with console.status("starting the engine emulator, the collector and the gateway"):

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from spanbudget.testing.servers import free_port
+from tests.support.servers import free_port
 
 from .metric_names import scrape_sample_names
 from .processes import (

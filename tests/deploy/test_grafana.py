@@ -24,8 +24,8 @@ from .metric_names import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-GRAFANA = REPO / "spanbudget" / "collector" / "grafana"
-RULES = REPO / "spanbudget" / "collector" / "prometheus" / "budget-alerts.yml"
+GRAFANA = REPO / "deploy" / "grafana"
+RULES = REPO / "deploy" / "prometheus" / "budget-alerts.yml"
 
 
 @pytest.fixture(scope="module")
@@ -209,11 +209,8 @@ def test_dashboard_provider_reads_the_folder_compose_mounts(dashboard: dict[str,
     )
     path = provider["providers"][0]["options"]["path"]
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]["grafana"]
-    assert f"./spanbudget/collector/grafana/dashboards:{path}:ro" in compose["volumes"]
-    assert (
-        "./spanbudget/collector/grafana/provisioning:/etc/grafana/provisioning:ro"
-        in compose["volumes"]
-    )
+    assert f"./deploy/grafana/dashboards:{path}:ro" in compose["volumes"]
+    assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in compose["volumes"]
     home = compose["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert home == f"{path}/spanbudget.json"
     assert dashboard["uid"] == "spanbudget"

@@ -36,7 +36,7 @@ def manifest(shared_fixtures: Path) -> dict[str, set[str]]:
 
 
 def _load(name: str) -> dict[str, Any]:
-    document = yaml.safe_load((REPO / "spanbudget" / "collector" / name).read_text())
+    document = yaml.safe_load((REPO / "deploy" / name).read_text())
     assert isinstance(document, dict)
     return document
 

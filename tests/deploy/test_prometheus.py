@@ -14,8 +14,8 @@ import yaml
 from spanbudget.collector.alerts.burnrate import DEFAULT_RULES, human_duration
 
 REPO = Path(__file__).resolve().parents[2]
-PROMETHEUS = REPO / "spanbudget" / "collector" / "prometheus"
-ALERTMANAGER = REPO / "spanbudget" / "collector" / "alertmanager" / "alertmanager.yml"
+PROMETHEUS = REPO / "deploy" / "prometheus"
+ALERTMANAGER = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
 # DESIGN §8 / Google SRE workbook: (alert, severity, long window, short window, burn rate).
 BURN_RATE_ALERTS = {
     ("SpanbudgetBurnRateFast", "page", "1h", "5m", 14.4),

@@ -11,11 +11,11 @@ import httpx
 import pytest
 import yaml
 
-from spanbudget.testing.servers import free_port
+from tests.support.servers import free_port
 
 from .processes import REPO, send_overrun_trace, start_process, stop_process
 
-RULES = REPO / "spanbudget" / "collector" / "prometheus" / "budget-alerts.yml"
+RULES = REPO / "deploy" / "prometheus" / "budget-alerts.yml"
 
 
 @pytest.fixture(scope="module")

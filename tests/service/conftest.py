@@ -23,8 +23,8 @@ from spanbudget.service.settings import Settings
 from spanbudget.service.telemetry import build_tracer_provider
 from spanbudget.service.tokens import TokenCounter, load_tokenizer
 from spanbudget.service.vectorstore import EdgeStore
-from spanbudget.testing.servers import ServerThread
 from tests.service.upstream import FakeLLM
+from tests.support.servers import ServerThread
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

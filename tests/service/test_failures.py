@@ -16,10 +16,10 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from spanbudget.service.embedding_process import EmbeddingProcess, EmbeddingWorkerError
-from spanbudget.testing.servers import ServerThread
 from tests.asgi import post_scope
 from tests.service.conftest import GatewayFactory, by_name, chat_body
 from tests.service.upstream import FakeLLM
+from tests.support.servers import ServerThread
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from spanbudget.connections import LendingTransport
-from spanbudget.testing.servers import RecordingApp, ServerThread, free_port
+from tests.support.servers import RecordingApp, ServerThread, free_port
 
 
 async def fetch(client: httpx.AsyncClient, url: str) -> bytes:

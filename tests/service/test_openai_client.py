@@ -5,9 +5,9 @@ from __future__ import annotations
 import openai
 import pytest
 
-from spanbudget.testing.servers import ServerThread
 from tests.service.conftest import GatewayFactory, by_name
 from tests.service.upstream import ANSWER, FakeLLM
+from tests.support.servers import ServerThread
 
 pytestmark = pytest.mark.anyio
 

@@ -20,8 +20,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from spanbudget.service.embedding import SentenceTransformerEmbedder
 from spanbudget.service.ingest import ingest
 from spanbudget.service.vectorstore import EdgeStore
-from spanbudget.testing.servers import ServerThread, free_port, read_asgi_body
 from tests.service.conftest import SMALL_CORPUS, chat_body
+from tests.support.servers import ServerThread, free_port, read_asgi_body
 
 pytestmark = pytest.mark.slow
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from spanbudget.testing.servers import ServerThread
 from tests.service.conftest import GatewayFactory, by_name, chat_body
 from tests.service.upstream import ANSWER, FakeLLM
+from tests.support.servers import ServerThread
 
 pytestmark = pytest.mark.anyio
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from spanbudget.processes import Child, Supervisor
-from spanbudget.testing.servers import free_port
 from tests.service.conftest import GatewayFactory, by_name, chat_body
+from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spanbudget.testing.servers import read_asgi_body
+from tests.support.servers import read_asgi_body
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

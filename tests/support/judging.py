@@ -15,9 +15,9 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from spanbudget.collector.budget import Budget
-from spanbudget.collector.budget_file import load_budget
-from spanbudget.collector.evaluate import COMPILED, Evaluator, Judged
+from spanbudget.collector.budget.loader import load_budget
+from spanbudget.collector.budget.model import Budget
+from spanbudget.collector.judging.evaluate import COMPILED, Evaluator, Judged
 from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind
 
 REPO = Path(__file__).resolve().parents[2]

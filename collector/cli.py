@@ -1,0 +1,225 @@
+"""Commands of the measuring side: `check`, and `budget init` and `budget suggest` under the
+`budget` group.
+
+Each function is a typer command registered by `spanbudget.cli`; errors become exit codes
+and messages here, at the edge.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+
+from spanbudget.collector.check import FailOn
+from spanbudget.terminal import make_console, print_error
+
+if TYPE_CHECKING:
+    from spanbudget.collector.budget.loader import LoadedBudget
+    from spanbudget.collector.spans import Span
+
+__all__ = ["BUDGET_HELP", "OutputFormat", "budget_app", "check", "init", "suggest"]
+
+BUDGET_HELP = "The allocation table (default ./budget.yaml, else the packaged one)."
+PRESET_HELP = (
+    "Judge against a packaged preset instead of a budget file: genai, openlit, openllmetry, "
+    "openinference, vllm, vllm-v0."
+)
+PATHS_HELP = "Trace files (OTLP JSON/JSONL/protobuf, Jaeger JSON) or folders."
+
+budget_app = typer.Typer(
+    help="The allocation table: write the default to edit, or propose one from traces.",
+    no_args_is_help=True,
+)
+
+
+class OutputFormat(enum.Enum):
+    TABLE = "table"
+    JSON = "json"
+
+
+def _fail(message: str) -> typer.Exit:
+    print_error(message)
+    return typer.Exit(2)
+
+
+def _read_spans(
+    paths: list[Path] | None, jaeger_url: str | None, service: str | None, since: str
+) -> list[Span]:
+    """Spans from files, or from Jaeger's API; usage and read errors exit 2."""
+    from spanbudget.collector.check import expand_paths
+    from spanbudget.collector.durations import parse_duration
+    from spanbudget.collector.readers import TraceReadError, read_jaeger_api, read_traces
+
+    if (jaeger_url is None) == (not paths):
+        raise _fail("give trace files, or --jaeger-url with --service (not both)")
+    try:
+        if jaeger_url is not None:
+            if service is None:
+                raise _fail("--jaeger-url needs --service")
+            try:
+                seconds = parse_duration(since)
+            except ValueError as exc:
+                raise _fail(f"--since: {exc}") from None
+            return read_jaeger_api(jaeger_url, service, seconds)
+        spans: list[Span] = []
+        for path in expand_paths(paths or []):
+            spans.extend(read_traces(path))
+        return spans
+    except TraceReadError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _load(budget: Path | None, preset: str | None) -> LoadedBudget:
+    """The budget file (found as every command finds it), or the preset; says which."""
+    from spanbudget.collector.budget.loader import BudgetError, load_budget, load_preset
+    from spanbudget.collector.budget.presets import UnknownPresetError, preset_path
+    from spanbudget.collector.budget.source import find_budget
+
+    notices = make_console(stderr=True)
+    try:
+        if preset is not None:
+            if budget is not None:
+                raise _fail("give --budget or --preset, not both (a budget file can say preset:)")
+            try:
+                notices.print(f"budget: preset {preset} ({preset_path(preset)})")
+                loaded = load_preset(preset)
+            except UnknownPresetError as exc:
+                raise _fail(str(exc)) from None
+        else:
+            source = find_budget(budget)
+            notices.print(source.describe())
+            loaded = load_budget(source.path)
+    except BudgetError as exc:
+        raise _fail(str(exc)) from None
+    for warning in loaded.warnings:
+        notices.print(f"[yellow]warning:[/] {escape(warning)}")
+    return loaded
+
+
+def check(
+    paths: Annotated[list[Path] | None, typer.Argument(help=PATHS_HELP)] = None,
+    budget: Annotated[Path | None, typer.Option(help=BUDGET_HELP)] = None,
+    preset: Annotated[str | None, typer.Option(help=PRESET_HELP)] = None,
+    output: Annotated[
+        OutputFormat, typer.Option("--format", help="A table for people, JSON for programs.")
+    ] = OutputFormat.TABLE,
+    fail_on: Annotated[
+        FailOn, typer.Option(help="Exit 1 when a trace is at or above this status.")
+    ] = FailOn.OVERRUN,
+    jaeger_url: Annotated[
+        str | None, typer.Option(help="Read traces from Jaeger's /api/v3 instead of files.")
+    ] = None,
+    service: Annotated[str | None, typer.Option(help="With --jaeger-url: the service.")] = None,
+    since: Annotated[str, typer.Option(help="With --jaeger-url: how far back.")] = "15m",
+) -> None:
+    """Judge traces against the budget: one verdict per trace.
+
+    Exit 0 when no trace is at or above --fail-on, 1 when one is, 2 on bad input.
+    `error` (a failed request) and `incomplete` (no first token) count above `overrun`.
+
+    Example:
+
+        spanbudget check traces.jsonl --budget budget.yaml --format json --fail-on warn
+
+        spanbudget check --jaeger-url http://127.0.0.1:16686 --service rag-gateway --since 15m
+
+        spanbudget check traces.jsonl --preset openinference
+    """
+    from spanbudget.collector.check import evaluate_spans, exit_code, render_json, render_table
+
+    loaded = _load(budget, preset)
+    spans = _read_spans(paths, jaeger_url, service, since)
+    result = evaluate_spans(spans, loaded.budget)
+    if output is OutputFormat.JSON:
+        typer.echo(render_json(result))
+    else:
+        render_table(result, loaded.budget, make_console())
+    raise typer.Exit(exit_code(result.verdicts, fail_on))
+
+
+@budget_app.command()
+def init(
+    path: Annotated[
+        Path, typer.Argument(help="Where to write it: a file, or a folder to hold budget.yaml.")
+    ] = Path("."),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write the default allocation table (the one used when none is given) to edit.
+
+    Every command that takes --budget reads ./budget.yaml when it is there, so after this
+    the edited copy is the one in force in this directory.
+
+    Example:
+
+        spanbudget budget init && $EDITOR budget.yaml && spanbudget check traces.jsonl
+    """
+    from spanbudget.collector.budget.source import write_default_budget
+
+    try:
+        written = write_default_budget(path, force=force)
+    except FileExistsError as exc:
+        raise _fail(f"{exc} exists; edit it, or pass --force to replace it") from None
+    except OSError as exc:
+        raise _fail(f"cannot write {path}: {exc.strerror or exc}") from None
+    typer.echo(f"wrote {written}")
+
+
+@budget_app.command()
+def suggest(
+    paths: Annotated[list[Path] | None, typer.Argument(help=PATHS_HELP)] = None,
+    objective: Annotated[
+        float,
+        typer.Option(help="The SLO objective: limits are this percentile of what was observed."),
+    ] = 0.95,
+    preset: Annotated[
+        str | None,
+        typer.Option(help="Take the stages from this preset and write numbers over it."),
+    ] = None,
+    budget: Annotated[
+        Path | None,
+        typer.Option(help="Take the stages from this budget file (not looked for in ./)."),
+    ] = None,
+    jaeger_url: Annotated[
+        str | None, typer.Option(help="Read traces from Jaeger's /api/v3 instead of files.")
+    ] = None,
+    service: Annotated[str | None, typer.Option(help="With --jaeger-url: the service.")] = None,
+    since: Annotated[str, typer.Option(help="With --jaeger-url: how far back.")] = "15m",
+) -> None:
+    """Propose a budget from observed traces: stages, and every stage's target and limit.
+
+    Stages come from --preset, from --budget, or else from the span tree's structure. Each
+    trace is judged with them as `check` would judge it; targets are the medians and limits
+    the --objective percentile of each stage's exclusive critical-path time, rounded up,
+    and the total is raised to the stages' sums where those are larger. Prints the YAML,
+    with a comment on every number saying where it came from; it loads as it is.
+    Exit 0, or 2 on bad input or when no trace has a first token.
+
+    Example:
+
+        spanbudget budget suggest runs/a/traces.jsonl --preset openinference > budget.yaml
+
+        spanbudget budget suggest traces/ --objective 0.99
+    """
+    from spanbudget.collector.budget.loader import BudgetError
+    from spanbudget.collector.suggest.budget import NoTracesError, render
+    from spanbudget.collector.suggest.budget import suggest as propose
+
+    if not 0 < objective < 1:
+        raise _fail(f"--objective must be between 0 and 1, got {objective:g}")
+    base = None
+    origin = ""
+    if preset is not None or budget is not None:
+        base = _load(budget, preset).budget
+        origin = f"preset {preset}" if preset is not None else f"{budget}"
+    spans = _read_spans(paths, jaeger_url, service, since)
+    try:
+        suggestion = propose(spans, objective=objective, base=base, origin=origin)
+        typer.echo(render(suggestion, extends=preset), nl=False)
+    except NoTracesError as exc:
+        raise _fail(str(exc)) from None
+    except BudgetError as exc:  # the suggestion itself would not load: a bug, said plainly
+        raise _fail(f"the suggested budget does not load: {exc}") from None

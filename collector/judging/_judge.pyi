@@ -1,0 +1,25 @@
+"""Types of the compiled fast path (`_judge.pyx`); see its docstring."""
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from spanbudget.collector.budget.model import Budget, Selector
+from spanbudget.collector.judging.evaluate import Judged
+from spanbudget.collector.judging.stage_table import StageTable
+from spanbudget.collector.spans import Span
+
+class _Handback: ...
+
+HANDBACK: _Handback
+
+_Mark = tuple[str | None, frozenset[str], Selector | None, tuple[Selector, ...]]
+
+class CompiledJudge:
+    def __init__(
+        self,
+        budget: Budget,
+        table: StageTable,
+        marks: tuple[_Mark, ...],
+        judged: type[Judged],
+    ) -> None: ...
+    def judge(self, spans: Sequence[Span], evaluated_at: datetime) -> Judged | _Handback | None: ...

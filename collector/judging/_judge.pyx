@@ -1,0 +1,1064 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False
+"""The evaluator's fast path, compiled: one trace's spans in, its `Judged` out.
+
+It takes the steps of `attribution.assemble`, `evaluate._first_token`,
+`attribution.attribute_window`, `Evaluator._judge` and `Evaluator._verdict` in that order
+(DESIGN §5), over C arrays instead of a `Node` per span. What it cannot judge exactly in
+64-bit integers (times beyond ±2**62 ns, a window of 2**53 ns or more, a mark too far out)
+and traces whose spans sit in a parent cycle it hands back (`HANDBACK`): the tree judges
+those. Tests hold the two to identical judgements
+(tests/collector/judging/test_compiled_path.py).
+
+`cdivision` is on: every `//` and `%` here has non-negative operands, where C's division
+and Python's agree.
+"""
+
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.object cimport (
+    Py_EQ,
+    Py_LT,
+    PyObject,
+    PyObject_GenericSetAttr,
+    PyObject_Hash,
+    PyObject_RichCompareBool,
+)
+from libc.math cimport isfinite, rint
+from libc.stdint cimport int64_t
+
+import dataclasses
+
+from spanbudget.collector.budget.model import WhenAbsent, attr_text
+from spanbudget.collector.semconv import (
+    VLLM_LATENCY_PREFILL,
+    VLLM_LATENCY_QUEUE,
+    VLLM_LATENCY_TTFT,
+    VLLM_REQUEST_SPAN,
+)
+from spanbudget.collector.spans import SpanKind, same_host, seconds_value
+from spanbudget.collector.judging.stage_table import PHASES
+from spanbudget.collector.judging.verdict import SEVERITY, StageResult, Status, Verdict
+from spanbudget.collector.judging.verdict_rules import (
+    EXACT_BELOW_NS,
+    HALF_UNIT_NS,
+    UNIT_NS,
+    blame,
+    carried_attributes,
+    round_ms,
+)
+from spanbudget.semconv import GEN_AI_REQUEST_MODEL
+
+
+class _Handback:
+    """The type of `HANDBACK`."""
+
+    __slots__ = ()
+
+
+HANDBACK = _Handback()  # judge()'s answer for a trace the Python paths must judge
+
+cdef int64_t _LIMIT_NS = 1LL << 62  # node times stay inside ±_LIMIT_NS: no sum overflows
+cdef int64_t _EXACT_NS = 1LL << 53  # below it an int64 converts to a double exactly
+# verdict_rules' constants, as C integers.
+cdef int64_t _UNIT_NS = UNIT_NS
+cdef int64_t _HALF_UNIT_NS = HALF_UNIT_NS
+cdef int64_t _ROUND_EXACT_BELOW_NS = EXACT_BELOW_NS
+
+cdef object _PRODUCER = SpanKind.PRODUCER
+cdef object _CONSUMER = SpanKind.CONSUMER
+cdef object _CLIENT = SpanKind.CLIENT
+cdef object _SERVER = SpanKind.SERVER
+cdef object _OK = Status.OK
+cdef object _WARN = Status.WARN
+cdef object _OVERRUN = Status.OVERRUN
+cdef object _ABSENT = Status.ABSENT
+cdef object _UNMEASURED = Status.UNMEASURED
+cdef object _ERROR = Status.ERROR
+cdef object _INCOMPLETE = Status.INCOMPLETE
+cdef object _UNMEASURED_WHEN_ABSENT = WhenAbsent.UNMEASURED
+cdef object _new = object.__new__
+
+# The frozen dataclasses are filled slot by slot, as object.__setattr__ does, without
+# their generated __init__ (a third of a verdict's cost). CompiledJudge checks at start
+# that these still name every field, in order.
+cdef tuple _STAGE_FIELDS = ("name", "ms", "target_ms", "limit_ms", "status", "breakdown")
+cdef tuple _VERDICT_FIELDS = (
+    "trace_id", "budget", "status", "ttft_ms", "total_target_ms", "total_limit_ms",
+    "total_status", "stages", "unattributed_ms", "blame", "overrun_ms", "skew_adjusted_ms",
+    "attributes", "evaluated_at",
+)
+cdef tuple _JUDGED_FIELDS = ("verdict", "root_span_id", "span_stages", "first_token_ns", "tree")
+
+
+cdef struct Row:
+    # One input span, by its position in the list.
+    int64_t start
+    int64_t end
+    Py_ssize_t parent  # its parent's position; -1: parentless; -2: a repeat of an earlier id
+    Py_ssize_t kids_at  # its children's positions: kid_rows[kids_at : kids_at + kid_count]
+    Py_ssize_t kid_count
+    Py_ssize_t node  # its node, once visited
+
+
+cdef struct Node:
+    # One node of the assembled trace, depth-first, parents before children.
+    Py_ssize_t row  # the span's position; -1 for a vLLM phase
+    int phase  # a phase's index in PHASES
+    Py_ssize_t parent  # -1 for the root
+    int64_t start  # skew-adjusted; clipped by attribute()
+    int64_t end
+    int64_t reach  # the end of the latest streamed SERVER child (rule 3b), else `end`
+    int64_t mark  # its own first-token instant (rule 2), when `has_mark`
+    bint has_mark
+    int64_t delta  # start minus the span's own start: the shift its subtree inherits
+    int64_t unclipped  # its start before attribute() clipped it
+    Py_ssize_t depth
+    int stage  # index into the budget's stages; -1: none
+    bint producer
+    bint consumer
+    bint client
+    bint server
+    Py_ssize_t kids_at  # its children: kid_nodes[kids_at : kids_at + kid_count]
+    Py_ssize_t kid_count
+    Py_ssize_t walkable  # how many of them the walk may enter, in walk[kids_at:], ranked
+    int64_t self_ns
+    bint on_path
+
+
+cdef struct Frame:
+    # A step of the critical-path walk: at `node`, with the cursor at `cursor`, the next
+    # of its ranked children to consider being `index`.
+    Py_ssize_t node
+    int64_t cursor
+    Py_ssize_t index
+
+
+cdef enum Outcome:
+    DONE = 0
+    GIVE_BACK = 1  # hand the trace back to the Python paths
+    # -1: a Python exception is set
+
+
+cdef inline bint _time_ns(object value, int64_t* out) except -1:
+    """Whether `value` is an int inside ±_LIMIT_NS, then in `out` (only an int: Cython
+    would truncate a float, where Python keeps its fraction)."""
+    if type(value) is not int:
+        return False
+    try:
+        out[0] = value
+    except OverflowError:
+        return False
+    return not _outside(out[0])
+
+
+cdef inline bint _outside(int64_t value) noexcept:
+    return value <= -_LIMIT_NS or value >= _LIMIT_NS
+
+
+cdef inline object _get(object mapping, object key):
+    cdef PyObject* found
+    if type(mapping) is dict:
+        found = PyDict_GetItem(mapping, key)
+        return None if found is NULL else <object>found
+    return mapping.get(key)
+
+
+cdef inline bint _seconds(object value, double* out) except -1:
+    """`spans.seconds_value`: 1 and the seconds in `out` when `value` says any."""
+    cdef double seconds
+    if type(value) is float:
+        seconds = <double>value
+    elif type(value) is int:
+        try:
+            seconds = <double>value
+        except OverflowError:
+            return 0
+    else:  # a bool, a subclass, anything else: as the Python function reads it
+        value = seconds_value(value)
+        if value is None:
+            return 0
+        seconds = <double>value
+    if seconds >= 0 and isfinite(seconds * 1e9):
+        out[0] = seconds
+        return 1
+    return 0
+
+
+cdef inline int _to_ns(double seconds, int64_t* out) noexcept:
+    """`round(seconds * 1e9)` for a finite, non-negative product; GIVE_BACK when it
+    would not stay inside the limit."""
+    cdef double ns = rint(seconds * 1e9)  # ties to even, as Python's round()
+    if ns >= <double>_LIMIT_NS:
+        return GIVE_BACK
+    out[0] = <int64_t>ns
+    return DONE
+
+
+cdef inline object _fill(object cls, tuple fields, tuple values):
+    obj = _new(cls)
+    cdef Py_ssize_t i
+    for i in range(len(fields)):
+        PyObject_GenericSetAttr(obj, fields[i], values[i])
+    return obj
+
+
+cdef class CompiledJudge:
+    """Judges traces against one budget, as `Evaluator` does on its fast path.
+
+    `table` is the evaluator's compiled selectors (its memo of decisions is shared),
+    `marks` its first-token marks as `evaluate._mark_table` gives them, and `judged` the
+    `Judged` class (evaluate.py imports this module, so it cannot import that).
+    """
+
+    cdef object budget
+    cdef dict memo
+    cdef object decide
+    cdef object phases
+    cdef tuple marks
+    cdef tuple names
+    cdef tuple stages
+    cdef Py_ssize_t stage_count
+    cdef object judged
+
+    def __init__(self, budget, table, tuple marks, judged):
+        for cls, fields in (
+            (StageResult, _STAGE_FIELDS),
+            (Verdict, _VERDICT_FIELDS),
+            (judged, _JUDGED_FIELDS),
+        ):
+            if tuple(f.name for f in dataclasses.fields(cls)) != fields:
+                raise RuntimeError(f"{cls.__name__}'s fields changed: update _judge.pyx")
+        self.budget = budget
+        self.memo = table.memo
+        self.decide = table.decision
+        self.phases = table.phases
+        self.marks = marks
+        self.stages = tuple(budget.stages)
+        self.names = tuple(stage.name for stage in self.stages)
+        self.stage_count = len(self.stages)
+        self.judged = judged
+
+    def judge(self, spans, evaluated_at):
+        """The trace's `Judged`, None when no span claims a stage, or `HANDBACK`."""
+        spans = list(spans)  # its own: the caller's list could change under it
+        if not spans:
+            return None
+        cdef _Trace trace = _Trace(self, spans)
+        cdef int outcome = trace.assemble()
+        if outcome == GIVE_BACK:
+            return HANDBACK
+        if not trace.any_matched():
+            return None
+        cdef int64_t first_token = 0
+        cdef bint found = False
+        outcome = trace.first_token(&first_token, &found)
+        if outcome == GIVE_BACK:
+            return HANDBACK
+        cdef Node* root = &trace.nodes[0]
+        cdef int64_t window_start = root.start
+        cdef int64_t window_end = first_token if found else root.end
+        if window_end - window_start >= _EXACT_NS:
+            return HANDBACK
+        cdef int64_t uncovered = trace.attribute(window_start, window_end)
+        return self._judged(trace, uncovered, window_start, window_end, found, evaluated_at)
+
+    cdef int stage_index(self, object name) except -2:
+        """The index of the stage called `name`, -1 for "" (decisions hold the budget's
+        own name objects, so identity almost always decides)."""
+        if not name:
+            return -1
+        cdef Py_ssize_t i
+        for i in range(self.stage_count):
+            if self.names[i] is name:
+                return i
+        for i in range(self.stage_count):
+            if self.names[i] == name:
+                return i
+        return -1
+
+    cdef int own_stage(self, object span, object name, bint is_root) except -2:
+        """`StageTable.stage`: the first stage with a matching selector, -1 for none."""
+        kind, service = span.kind, span.service
+        key = (name, kind, service, is_root)
+        cdef PyObject* kept = PyDict_GetItem(self.memo, key)
+        decision = self.decide(name, kind, service, is_root) if kept is NULL else <object>kept
+        if type(decision) is str:
+            return self.stage_index(decision)
+        return self.stage_index(_resolve(decision, span.attributes))
+
+    cdef object _judged(
+        self, _Trace trace, int64_t uncovered, int64_t window_start, int64_t window_end,
+        bint found, object evaluated_at,
+    ):
+        """`Evaluator._judge` from the attribution on, and `_verdict`."""
+        cdef Py_ssize_t s, i, count = self.stage_count
+        cdef Node* node
+        breakdowns = trace.tally(uncovered)
+        trace.apportion(window_end - window_start)
+        results = []
+        statuses = []
+        total_target = self.budget.total_target_ms
+        total_limit = self.budget.total_limit_ms
+        for s in range(count):
+            stage = self.stages[s]
+            target, limit = stage.target_ms, stage.limit_ms
+            if trace.matched[s]:
+                ms = trace.units[s] / 100.0
+                status = _band(ms, target, limit)
+                breakdown = {}
+                if breakdowns[s] is not None:
+                    for name, ns in (<dict>breakdowns[s]).items():
+                        breakdown[name] = self._round(ns)
+            elif stage.when_absent is _UNMEASURED_WHEN_ABSENT:
+                total_target -= target
+                total_limit -= limit
+                ms, status, breakdown = None, _UNMEASURED, {}
+            else:
+                ms, status, breakdown = 0.0, _ABSENT, {}
+            result = (stage.name, ms, target, limit, status, breakdown)
+            results.append(_fill(StageResult, _STAGE_FIELDS, result))
+            statuses.append(status)
+
+        if found:
+            ttft_ms = self._round(window_end - window_start)
+            total_status = _band(ttft_ms, total_target, total_limit)
+            overrun_ms = round(max(0.0, ttft_ms - total_limit), 2)
+        else:
+            ttft_ms, total_status, overrun_ms = None, _INCOMPLETE, 0.0
+        if trace.error_on_path():
+            verdict_status = _ERROR
+        elif not found:
+            verdict_status = _INCOMPLETE
+        else:  # the worst of the total and the stages; the first of equals
+            verdict_status = total_status
+            worst = SEVERITY[total_status]
+            for status in statuses:
+                if SEVERITY[status] > worst:
+                    verdict_status, worst = status, SEVERITY[status]
+
+        root = trace.span(0)
+        verdict = _fill(Verdict, _VERDICT_FIELDS, (
+            trace.spans[0].trace_id,
+            self.budget.name,
+            verdict_status,
+            ttft_ms,
+            total_target,
+            total_limit,
+            total_status,
+            tuple(results),
+            trace.units[count] / 100.0,
+            blame(results, total_status),
+            overrun_ms,
+            self._round(trace.skew_ns),
+            carried_attributes(root.attributes, trace.model()),
+            evaluated_at,
+        ))
+        span_stages = {}
+        for i in range(trace.node_count):
+            node = &trace.nodes[i]
+            if node.stage >= 0 and node.row >= 0:
+                PyDict_SetItem(span_stages, trace.span(i).span_id, self.names[node.stage])
+        first_token_ns = window_end if found else None
+        return _fill(self.judged, _JUDGED_FIELDS, (
+            verdict, root.span_id, span_stages, first_token_ns, None
+        ))
+
+    cdef object _round(self, int64_t ns):
+        """`verdict_rules.round_ms`, its integer branch in C."""
+        if 0 <= ns < _ROUND_EXACT_BELOW_NS and ns % _UNIT_NS != _HALF_UNIT_NS:
+            return ((ns + _HALF_UNIT_NS) // _UNIT_NS) / 100.0
+        return round_ms(ns)
+
+
+cdef object _resolve(tuple left, object attributes):
+    """`stage_table.resolve` in C, as it runs for most spans: the stage a span's
+    attributes pick from `left`, or ""."""
+    for stage, checks in left:
+        for key, accepted in checks:
+            value = _get(attributes, key)
+            if value is None:
+                break
+            if type(value) is not str:
+                value = attr_text(value)
+            if value not in accepted:
+                break
+        else:
+            return stage
+    return ""
+
+
+cdef object _band(double ms, double target, double limit):
+    if ms <= target:
+        return _OK
+    return _WARN if ms <= limit else _OVERRUN
+
+
+cdef class _Trace:
+    """One trace being judged: its spans as `Row`s, its nodes as `Node`s."""
+
+    cdef CompiledJudge judge
+    cdef list spans
+    cdef Py_ssize_t span_count
+    cdef Py_ssize_t node_count
+    cdef Py_ssize_t capacity
+    cdef Row* rows
+    cdef Node* nodes
+    cdef Py_ssize_t* slots  # open addressing on span ids: a position, or -1
+    cdef Py_ssize_t slot_mask
+    cdef Py_ssize_t* kid_rows
+    cdef Py_ssize_t* kid_nodes
+    cdef Py_ssize_t* walk
+    cdef Py_ssize_t* scratch  # the depth-first stack, then the sort's buffer
+    cdef Frame* frames  # the critical-path walk's stack
+    cdef char* matched  # per stage: whether a node claims it
+    cdef int64_t* parts  # per stage, then unattributed: for CompiledJudge._judged
+    cdef int64_t* units
+    cdef char* taken
+    cdef int64_t skew_ns
+
+    def __cinit__(self, CompiledJudge judge, list spans):
+        cdef Py_ssize_t n, size
+        self.judge = judge
+        self.spans = spans
+        n = len(spans)
+        self.span_count = n
+        self.capacity = 5 * n  # each span, and four phases for each vLLM request
+        size = 4
+        while size < 2 * n:
+            size *= 2
+        self.slot_mask = size - 1
+        self.rows = <Row*>PyMem_Malloc(n * sizeof(Row))
+        self.nodes = <Node*>PyMem_Malloc(self.capacity * sizeof(Node))
+        self.slots = <Py_ssize_t*>PyMem_Malloc(size * sizeof(Py_ssize_t))
+        self.kid_rows = <Py_ssize_t*>PyMem_Malloc(n * sizeof(Py_ssize_t))
+        self.kid_nodes = <Py_ssize_t*>PyMem_Malloc(self.capacity * sizeof(Py_ssize_t))
+        self.walk = <Py_ssize_t*>PyMem_Malloc(self.capacity * sizeof(Py_ssize_t))
+        self.scratch = <Py_ssize_t*>PyMem_Malloc(self.capacity * sizeof(Py_ssize_t))
+        self.frames = <Frame*>PyMem_Malloc((self.capacity + 1) * sizeof(Frame))
+        self.matched = <char*>PyMem_Malloc(judge.stage_count + 1)
+        self.parts = <int64_t*>PyMem_Malloc((judge.stage_count + 1) * sizeof(int64_t))
+        self.units = <int64_t*>PyMem_Malloc((judge.stage_count + 1) * sizeof(int64_t))
+        self.taken = <char*>PyMem_Malloc(judge.stage_count + 1)
+        if (
+            self.rows is NULL or self.nodes is NULL or self.slots is NULL
+            or self.kid_rows is NULL or self.kid_nodes is NULL or self.walk is NULL
+            or self.scratch is NULL or self.frames is NULL or self.matched is NULL
+            or self.parts is NULL or self.units is NULL or self.taken is NULL
+        ):
+            raise MemoryError()
+        cdef Py_ssize_t i
+        for i in range(size):
+            self.slots[i] = -1
+        for i in range(judge.stage_count):
+            self.matched[i] = 0
+        self.node_count = 0
+        self.skew_ns = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self.rows)
+        PyMem_Free(self.nodes)
+        PyMem_Free(self.slots)
+        PyMem_Free(self.kid_rows)
+        PyMem_Free(self.kid_nodes)
+        PyMem_Free(self.walk)
+        PyMem_Free(self.scratch)
+        PyMem_Free(self.frames)
+        PyMem_Free(self.matched)
+        PyMem_Free(self.parts)
+        PyMem_Free(self.units)
+        PyMem_Free(self.taken)
+
+    cdef inline object span(self, Py_ssize_t node):
+        return self.spans[self.nodes[node].row]
+
+    cdef object name(self, Py_ssize_t node):
+        if self.nodes[node].row < 0:
+            return PHASES[self.nodes[node].phase]
+        return self.span(node).name
+
+    cdef object node_id(self, Py_ssize_t node):
+        cdef Node* n = &self.nodes[node]
+        if n.row >= 0:
+            return self.spans[n.row].span_id
+        return f"{self.span(n.parent).span_id}:{PHASES[n.phase]}"
+
+    cdef bint any_matched(self):
+        cdef Py_ssize_t s
+        for s in range(self.judge.stage_count):
+            if self.matched[s]:
+                return True
+        return False
+
+    cdef list tally(self, int64_t uncovered):
+        """Each stage's time on the critical path into `parts` (`unattributed` last), and
+        its breakdown by node name, in the order the names first appear: a dict per stage
+        (None for a stage with none)."""
+        cdef Py_ssize_t i, s, count = self.judge.stage_count
+        cdef Node* node
+        for s in range(count):
+            self.parts[s] = 0
+        self.parts[count] = uncovered
+        breakdowns = [None] * count
+        for i in range(self.node_count):
+            node = &self.nodes[i]
+            if node.self_ns == 0:
+                continue
+            if node.stage < 0:
+                self.parts[count] += node.self_ns
+                continue
+            self.parts[node.stage] += node.self_ns
+            parts_of = breakdowns[node.stage]
+            if parts_of is None:
+                parts_of = breakdowns[node.stage] = {}
+            name = self.name(i)
+            before = _get(parts_of, name)
+            parts_of[name] = node.self_ns if before is None else before + node.self_ns
+        return breakdowns
+
+    cdef void apportion(self, int64_t total_ns) noexcept:
+        """`verdict_rules.apportion`: `parts` in whole 0.01 ms `units` that add up to the
+        rounded total: each floored, and the units left over to the largest remainders,
+        the first of equals first. `total_ns` is below 2**53: a double holds it exactly."""
+        cdef Py_ssize_t s, best, count = self.judge.stage_count + 1
+        cdef int64_t left = <int64_t>rint(<double>total_ns / <double>_UNIT_NS)
+        for s in range(count):
+            self.units[s] = self.parts[s] // _UNIT_NS
+            self.taken[s] = 0
+            left -= self.units[s]
+        while left > 0:
+            best = -1
+            for s in range(count):
+                if not self.taken[s] and (
+                    best < 0 or self.parts[s] % _UNIT_NS > self.parts[best] % _UNIT_NS
+                ):
+                    best = s
+            if best < 0:
+                break
+            self.taken[best] = 1
+            self.units[best] += 1
+            left -= 1
+
+    cdef bint error_on_path(self) except -1:
+        """Whether a span on the critical path failed."""
+        cdef Py_ssize_t i
+        for i in range(self.node_count):
+            if self.nodes[i].on_path and self.nodes[i].row >= 0 and self.span(i).error:
+                return True
+        return False
+
+    cdef object model(self):
+        """The requested model: the first node's, in depth-first order, that names one."""
+        cdef Py_ssize_t i
+        for i in range(self.node_count):
+            if self.nodes[i].row >= 0:
+                value = _get(self.span(i).attributes, GEN_AI_REQUEST_MODEL)
+                if isinstance(value, str):
+                    return value
+        return None
+
+    # Assembly: attribution.assemble.
+
+    cdef Py_ssize_t find(self, object span_id) except -2:
+        """The first position of `span_id` among the spans, or -1."""
+        cdef Py_hash_t h = PyObject_Hash(span_id)
+        cdef Py_ssize_t slot = <Py_ssize_t>(<size_t>h & <size_t>self.slot_mask)
+        cdef Py_ssize_t at
+        while True:
+            at = self.slots[slot]
+            if at < 0:
+                return -1
+            if PyObject_RichCompareBool(self.spans[at].span_id, span_id, Py_EQ):
+                return at
+            slot = (slot + 1) & self.slot_mask
+
+    cdef int index_rows(self) except -1:
+        """Every span's times and parent; a repeated id counts once, its first copy."""
+        cdef Py_ssize_t n = self.span_count, pos, slot, at, parent
+        cdef Py_hash_t h
+        cdef Row* row
+        cdef list spans = self.spans
+        for pos in range(n):
+            span_id = spans[pos].span_id
+            h = PyObject_Hash(span_id)
+            slot = <Py_ssize_t>(<size_t>h & <size_t>self.slot_mask)
+            row = &self.rows[pos]
+            row.parent = -1
+            row.kid_count = 0
+            while True:
+                at = self.slots[slot]
+                if at < 0:
+                    self.slots[slot] = pos
+                    break
+                if PyObject_RichCompareBool(spans[at].span_id, span_id, Py_EQ):
+                    row.parent = -2
+                    break
+                slot = (slot + 1) & self.slot_mask
+        for pos in range(n):
+            row = &self.rows[pos]
+            if row.parent == -2:
+                continue
+            span = spans[pos]
+            if not (_time_ns(span.start_ns, &row.start) and _time_ns(span.end_ns, &row.end)):
+                return GIVE_BACK
+            parent_id = span.parent_span_id
+            if parent_id is not None:
+                parent = self.find(parent_id)
+                if parent >= 0 and parent != pos:
+                    row.parent = parent
+                    self.rows[parent].kid_count += 1
+        # Children in the order of their first appearance.
+        at = 0
+        for pos in range(n):
+            self.rows[pos].kids_at = at
+            at += self.rows[pos].kid_count
+            self.rows[pos].kid_count = 0
+        for pos in range(n):
+            parent = self.rows[pos].parent
+            if parent >= 0:
+                row = &self.rows[parent]
+                self.kid_rows[row.kids_at + row.kid_count] = pos
+                row.kid_count += 1
+        return DONE
+
+    cdef int assemble(self) except -1:
+        """Place every span under its parent, depth-first from the root, shifting children
+        on another host into their parents, noting streamed responses and adding vLLM's
+        phases; GIVE_BACK when spans sit in a parent cycle."""
+        cdef Py_ssize_t n = self.span_count, pos, root = -1, parentless = 0, unique = 0
+        cdef Py_ssize_t i, parent
+        cdef Row* row
+        if self.index_rows() == GIVE_BACK:
+            return GIVE_BACK
+        for pos in range(n):
+            row = &self.rows[pos]
+            if row.parent == -2:
+                continue
+            unique += 1
+            if row.parent == -1:
+                parentless += 1
+                if root < 0 or self.earlier_root(pos, root):
+                    root = pos
+        if root < 0:
+            return GIVE_BACK
+        if self.add_span(root, -1) == GIVE_BACK:
+            return GIVE_BACK
+        # The stack holds positions; their parent node is the row's node or, for the
+        # parentless spans the root adopts, the root.
+        cdef Py_ssize_t* stack = self.scratch
+        cdef Py_ssize_t top = 0, visited = 1
+        if parentless > 1:
+            for pos in range(n - 1, -1, -1):
+                if pos != root and self.rows[pos].parent == -1:
+                    stack[top] = pos
+                    top += 1
+        row = &self.rows[root]
+        for i in range(row.kid_count - 1, -1, -1):
+            stack[top] = self.kid_rows[row.kids_at + i]
+            top += 1
+        while top > 0:
+            top -= 1
+            pos = stack[top]
+            parent = self.rows[pos].parent
+            if self.add_span(pos, 0 if parent < 0 else self.rows[parent].node) == GIVE_BACK:
+                return GIVE_BACK
+            visited += 1
+            row = &self.rows[pos]
+            for i in range(row.kid_count - 1, -1, -1):
+                stack[top] = self.kid_rows[row.kids_at + i]
+                top += 1
+        if visited != unique:
+            return GIVE_BACK  # spans in a parent cycle: the tree adopts them
+        self.link_kids()
+        return DONE
+
+    cdef bint earlier_root(self, Py_ssize_t pos, Py_ssize_t than) except -1:
+        """Whether `pos` comes before `than` as root: earlier start, longer, lower id."""
+        cdef list spans = self.spans
+        a, b = spans[pos], spans[than]
+        a_start, b_start = a.start_ns, b.start_ns
+        if a_start != b_start:
+            return a_start < b_start
+        a_end, b_end = a.end_ns, b.end_ns
+        if a_end != b_end:
+            return a_end > b_end
+        return PyObject_RichCompareBool(a.span_id, b.span_id, Py_LT)
+
+    cdef int add_span(self, Py_ssize_t pos, Py_ssize_t parent) except -1:
+        """The node of span `pos` under node `parent` (-1: the root)."""
+        cdef Py_ssize_t index = self.node_count
+        cdef Node* node = &self.nodes[index]
+        cdef Node* up
+        cdef Row* row = &self.rows[pos]
+        cdef int64_t start, end, duration, parent_duration, moved
+        cdef int own
+        span = self.spans[pos]
+        name = span.name
+        node.row = pos
+        node.phase = 0
+        node.parent = parent
+        node.kid_count = 0
+        node.self_ns = 0
+        node.on_path = False
+        kind = span.kind
+        node.producer = kind is _PRODUCER
+        node.consumer = kind is _CONSUMER
+        node.client = kind is _CLIENT
+        node.server = kind is _SERVER
+        node.has_mark = False
+        row.node = index
+        self.node_count += 1
+        if parent < 0:
+            node.start, node.end, node.delta, node.depth = row.start, row.end, 0, 0
+            node.reach = node.end
+            own = self.judge.own_stage(span, name, True)
+            node.stage = own
+        else:
+            up = &self.nodes[parent]
+            up.kid_count += 1
+            node.depth = up.depth + 1
+            start = row.start + up.delta
+            end = row.end + up.delta
+            if _outside(start) or _outside(end):
+                return GIVE_BACK
+            up_span = self.spans[up.row]
+            duration = end - start
+            parent_duration = up.end - up.start
+            if _outside(duration):
+                return GIVE_BACK
+            # Rule 3a, as attribution._skew_shift: only a child on another host moves.
+            if (
+                (start < up.start or (duration <= parent_duration and end > up.end))
+                and not same_host(span.host, span.service, up_span.host, up_span.service)
+            ):
+                if duration > parent_duration:
+                    moved = up.start
+                else:
+                    moved = up.start + (parent_duration - duration) // 2
+                if _outside(moved - start) or _outside(self.skew_ns):
+                    return GIVE_BACK
+                self.skew_ns += moved - start if moved >= start else start - moved
+                start = moved
+                end = moved + duration
+                if _outside(end):
+                    return GIVE_BACK
+            node.start, node.end, node.reach = start, end, end
+            node.delta = start - row.start
+            if _outside(node.delta):
+                return GIVE_BACK
+            # Rule 3b: a streamed response outlives the client span that waits on it.
+            if node.server and up.client and up.start <= start < up.end < end and end > up.reach:
+                up.reach = end
+            own = self.judge.own_stage(span, name, False)
+            node.stage = own if own >= 0 else up.stage
+        if own >= 0:
+            self.matched[own] = 1
+        if name == VLLM_REQUEST_SPAN:
+            return self.add_phases(index, span)
+        return DONE
+
+    cdef int add_phases(self, Py_ssize_t index, object span) except -1:
+        """`flat._add_phases`: vLLM's phases as children of node `index`."""
+        attributes = span.attributes
+        cdef double ttft, queue = 0.0, prefill
+        cdef int64_t ttft_ns, queue_ns, prefill_ns
+        if not _seconds(_get(attributes, VLLM_LATENCY_TTFT), &ttft):
+            return DONE
+        if not _seconds(_get(attributes, VLLM_LATENCY_QUEUE), &queue):
+            queue = 0.0
+        if not _seconds(_get(attributes, VLLM_LATENCY_PREFILL), &prefill):
+            prefill = ttft - queue if ttft - queue > 0.0 else 0.0
+        if (
+            _to_ns(ttft, &ttft_ns) == GIVE_BACK
+            or _to_ns(prefill, &prefill_ns) == GIVE_BACK
+            or _to_ns(queue, &queue_ns) == GIVE_BACK
+        ):
+            return GIVE_BACK
+        cdef Node* node = &self.nodes[index]
+        cdef int64_t bounds[5]
+        bounds[0] = node.start
+        bounds[3] = node.start + ttft_ns
+        if bounds[3] > node.end:
+            bounds[3] = node.end
+        bounds[2] = bounds[3] - prefill_ns
+        if bounds[2] < node.start:
+            bounds[2] = node.start
+        bounds[1] = bounds[2] - queue_ns
+        if bounds[1] < node.start:
+            bounds[1] = node.start
+        bounds[4] = node.end
+        stages = self.judge.phases(span.service)
+        cdef int phase, stage
+        cdef Node* child
+        for phase in range(4):
+            if bounds[phase + 1] <= bounds[phase]:
+                continue
+            stage = self.judge.stage_index(stages[phase])
+            if stage >= 0:
+                self.matched[stage] = 1
+            node = &self.nodes[index]
+            child = &self.nodes[self.node_count]
+            self.node_count += 1
+            node.kid_count += 1
+            child.row = -1
+            child.phase = phase
+            child.parent = index
+            child.start = bounds[phase]
+            child.end = bounds[phase + 1]
+            child.delta = 0
+            child.depth = node.depth + 1
+            child.stage = stage if stage >= 0 else node.stage
+            child.reach = child.end
+            child.has_mark = False
+            child.producer = False
+            child.consumer = False
+            child.client = False
+            child.server = False
+            child.kid_count = 0
+            child.self_ns = 0
+            child.on_path = False
+        return DONE
+
+    cdef void link_kids(self) noexcept:
+        """Each node's children, in the order they were placed."""
+        cdef Py_ssize_t i, at = 0
+        cdef Node* node
+        for i in range(self.node_count):
+            node = &self.nodes[i]
+            node.kids_at = at
+            at += node.kid_count
+            node.kid_count = 0
+        for i in range(1, self.node_count):
+            node = &self.nodes[self.nodes[i].parent]
+            self.kid_nodes[node.kids_at + node.kid_count] = i
+            node.kid_count += 1
+
+    # The first token: evaluate._first_token.
+
+    cdef int first_token(self, int64_t* out, bint* found) except -1:
+        """The instant of the outermost node that carries a first-token mark, and each
+        marked node's own instant in its `mark`."""
+        cdef Py_ssize_t i, best_depth = 0
+        cdef int64_t best_start = 0, best_instant = 0, base, instant, at_ns, mark_ns
+        cdef double seconds
+        cdef bint have = False, anchored
+        cdef Node* node
+        for i in range(self.node_count):
+            node = &self.nodes[i]
+            if node.row < 0:
+                continue
+            span = self.spans[node.row]
+            attributes = span.attributes
+            for key, names, anchor, match in self.judge.marks:
+                if key is not None:
+                    value = _get(attributes, key)
+                    if value is None or not _seconds(value, &seconds):
+                        continue
+                    if match and not _carries(match, span, i == 0):
+                        continue
+                    if anchor is None:
+                        base = node.start
+                    else:
+                        anchored = self.anchor_end(i, anchor, &base)
+                        if not anchored:
+                            continue
+                    if _to_ns(seconds, &mark_ns) == GIVE_BACK:
+                        return GIVE_BACK
+                    instant = base + mark_ns
+                else:
+                    at = None
+                    for event in span.events:
+                        if event[0] in names:
+                            at = event[1]
+                            break
+                    if at is None or (match and not _carries(match, span, i == 0)):
+                        continue
+                    if not _time_ns(at, &at_ns):
+                        return GIVE_BACK
+                    instant = at_ns + node.delta  # shifted with the span
+                if _outside(instant):
+                    return GIVE_BACK  # the window would not fit in 64 bits
+                node.mark = instant
+                node.has_mark = True
+                if (
+                    not have
+                    or node.depth < best_depth
+                    or (node.depth == best_depth and node.start < best_start)
+                    or (
+                        node.depth == best_depth
+                        and node.start == best_start
+                        and instant < best_instant
+                    )
+                ):
+                    have = True
+                    best_depth, best_start, best_instant = node.depth, node.start, instant
+                break
+        if have:
+            found[0] = True
+            out[0] = best_instant if best_instant > self.nodes[0].start else self.nodes[0].start
+        return DONE
+
+    cdef bint anchor_end(self, Py_ssize_t index, object anchor, int64_t* out) except -1:
+        """The end of the latest-starting child span of `index` matching `anchor`."""
+        cdef Node* parent = &self.nodes[index]
+        cdef Node* kid
+        cdef Py_ssize_t k
+        cdef bint have = False
+        cdef int64_t start = 0, end = 0
+        for k in range(parent.kid_count):
+            kid = &self.nodes[self.kid_nodes[parent.kids_at + k]]
+            if kid.row < 0:
+                continue
+            span = self.spans[kid.row]
+            if (
+                anchor.matches_shape(span.name, span.kind, span.service, False)
+                and anchor.matches_attributes(span.attributes)
+                and (
+                    not have
+                    or kid.start > start
+                    or (kid.start == start and kid.end > end)
+                )
+            ):
+                have = True
+                start, end = kid.start, kid.end
+        out[0] = end
+        return have
+
+    # The critical path: attribution.attribute_window.
+
+    cdef int64_t attribute(self, int64_t window_start, int64_t window_end) except? -1:
+        """Clip to the window, rank each node's children, walk back from the window's
+        end; set each node's `self_ns` and `on_path`; return the time no node covers."""
+        cdef Node* root = &self.nodes[0]
+        cdef Node* node
+        cdef Node* kid
+        cdef Py_ssize_t* ranked
+        cdef Py_ssize_t i, k, m, child
+        cdef int64_t low, high, start, end, clipped
+        low = root.start if root.start > window_start else window_start
+        if low > window_end:
+            low = window_end
+        root.start = low
+        end = _own_end(root)
+        end = end if end > low else low
+        root.end = end if end < window_end else window_end
+        for i in range(self.node_count):
+            node = &self.nodes[i]
+            node.walkable = 0
+            if node.kid_count == 0:
+                continue
+            low, high = node.start, node.end
+            m = 0
+            for k in range(node.kid_count):
+                child = self.kid_nodes[node.kids_at + k]
+                kid = &self.nodes[child]
+                start, end = kid.start, _own_end(kid)
+                clipped = low if start < low else (high if start > high else start)
+                kid.start = clipped
+                kid.end = clipped if end < clipped else (high if end > high else end)
+                kid.unclipped = start
+                if (start >= high if start >= low else end <= low) or (
+                    node.producer and kid.consumer
+                ):
+                    continue
+                self.walk[node.kids_at + m] = child
+                m += 1
+            node.walkable = m
+            if m > 1:
+                self.rank(&self.walk[node.kids_at], m)
+        cdef Frame* frames = self.frames
+        cdef Frame frame
+        cdef Py_ssize_t top = 1
+        cdef int64_t uncovered
+        frames[0] = Frame(0, root.end, 0)
+        while top > 0:
+            top -= 1
+            frame = frames[top]
+            node = &self.nodes[frame.node]
+            node.on_path = True
+            ranked = &self.walk[node.kids_at]
+            while (
+                frame.index < node.walkable and self.nodes[ranked[frame.index]].end > frame.cursor
+            ):
+                frame.index += 1  # overlaps the cursor or ends after it: not on the path
+            if frame.index < node.walkable:
+                child = ranked[frame.index]
+                kid = &self.nodes[child]
+                node.self_ns += frame.cursor - kid.end
+                frames[top] = Frame(frame.node, kid.start, frame.index + 1)
+                frames[top + 1] = Frame(child, kid.end, 0)
+                top += 2
+            else:
+                node.self_ns += frame.cursor - node.start
+        uncovered = (root.start - window_start) + (window_end - root.end)
+        return uncovered if uncovered > 0 else 0
+
+    cdef bint before(self, Py_ssize_t a, Py_ssize_t b) except -1:
+        """Whether child `a` ranks before `b`: later clipped end, earlier start before
+        clipping, lower id, placed first."""
+        cdef Node* x = &self.nodes[a]
+        cdef Node* y = &self.nodes[b]
+        if x.end != y.end:
+            return x.end > y.end
+        if x.unclipped != y.unclipped:
+            return x.unclipped < y.unclipped
+        a_id, b_id = self.node_id(a), self.node_id(b)
+        if PyObject_RichCompareBool(a_id, b_id, Py_EQ):
+            return a < b
+        return PyObject_RichCompareBool(a_id, b_id, Py_LT)
+
+    cdef int rank(self, Py_ssize_t* items, Py_ssize_t count) except -1:
+        """Sort `items` by `before`: insertion for a few, merging for many."""
+        cdef Py_ssize_t i, j, item
+        if count <= 16:
+            for i in range(1, count):
+                item = items[i]
+                j = i
+                while j > 0 and self.before(item, items[j - 1]):
+                    items[j] = items[j - 1]
+                    j -= 1
+                items[j] = item
+            return 0
+        cdef Py_ssize_t half = count // 2
+        self.rank(items, half)
+        self.rank(items + half, count - half)
+        cdef Py_ssize_t* merged = self.scratch
+        i, j = 0, half
+        cdef Py_ssize_t k = 0
+        while i < half and j < count:
+            if self.before(items[j], items[i]):
+                merged[k] = items[j]
+                j += 1
+            else:
+                merged[k] = items[i]
+                i += 1
+            k += 1
+        while i < half:
+            merged[k] = items[i]
+            i += 1
+            k += 1
+        while j < count:
+            merged[k] = items[j]
+            j += 1
+            k += 1
+        for i in range(count):
+            items[i] = merged[i]
+        return 0
+
+
+cdef inline int64_t _own_end(Node* node) noexcept:
+    """`attribution._own_end`: the end extended to `reach` (rule 3b), cut at the node's
+    own first-token mark (rule 2), never before its start."""
+    cdef int64_t end = node.reach if node.reach > node.end else node.end
+    if node.has_mark and node.mark < end:
+        end = node.mark if node.mark > node.start else node.start
+    return end
+
+
+cdef bint _carries(tuple match, object span, bint is_root) except -1:
+    for selector in match:
+        if selector.matches_shape(span.name, span.kind, span.service, is_root) and (
+            selector.matches_attributes(span.attributes)
+        ):
+            return True
+    return False

@@ -1,0 +1,380 @@
+"""The budget evaluator: one trace's spans in, one verdict out (DESIGN §5). Pure.
+
+Shared by the live collector, `spanbudget check` and the load tester.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from spanbudget.collector.budget.model import Budget, FirstTokenMark, Selector, WhenAbsent
+from spanbudget.collector.judging.attribution import Node, Tree, assemble, attribute_window
+from spanbudget.collector.judging.stage_table import StageTable
+from spanbudget.collector.judging.verdict import SEVERITY as _SEVERITY
+from spanbudget.collector.judging.verdict import StageResult, Status, Verdict, new_stage_result
+from spanbudget.collector.judging.verdict_rules import (
+    apportion,
+    band,
+    blame,
+    carried_attributes,
+    round_ms,
+)
+from spanbudget.collector.spans import Span, seconds_value
+from spanbudget.semconv import GEN_AI_REQUEST_MODEL
+
+__all__ = ["COMPILED", "PURE_PYTHON_ENV", "Evaluator", "Judged", "evaluate", "first_token_ns"]
+
+try:  # the fast path compiled (_judge.pyx, built by setup.py where a C compiler is)
+    from spanbudget.collector.judging import _judge
+except ImportError:
+    _judge = None  # type: ignore[assignment]
+
+COMPILED = _judge is not None  # whether this install has the compiled fast path
+# Set (to anything but "" or "0"), evaluators judge on the pure-Python path even where the
+# compiled one is built: `make test` runs the judging tests once more so, as msgpack's CI
+# does with MSGPACK_PUREPYTHON, so that neither path can rot.
+PURE_PYTHON_ENV = "SPANBUDGET_PURE_PYTHON"
+
+# Enum members read through the class cost a metaclass look-up each; the hot path reads
+# these module constants instead.
+_ABSENT, _UNMEASURED = Status.ABSENT, Status.UNMEASURED
+_ERROR, _INCOMPLETE = Status.ERROR, Status.INCOMPLETE
+_UNMEASURED_WHEN_ABSENT = WhenAbsent.UNMEASURED
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A verdict and, beside it, what the judging said of the spans themselves: the root,
+    the stage of each span that belongs to one (matched or inherited), by span id, and the
+    first token (ns since the epoch, or None). `tree` is the attributed tree, kept only
+    when asked for (`judge(..., keep_tree=True)`, for views that draw it)."""
+
+    verdict: Verdict
+    root_span_id: str
+    span_stages: Mapping[str, str]
+    first_token_ns: int | None
+    tree: Tree | None = None
+
+
+class Evaluator:
+    """Judges traces against one budget.
+
+    Holds only the budget, compiled: the stage selectors as a bounded memo of decisions
+    per span shape (spans of one service repeat the same few shapes) and the first-token
+    marks as a table.
+
+    Two paths give the same judgements (tests hold them to it): the compiled fast path
+    (`_judge.pyx`), used when it was built, and the reference path on a `Node` tree
+    (`attribution`), for `keep_tree`, for the traces the compiled path hands back, and
+    wherever the compiled one is not built or is switched off. This is the one place that
+    chooses: `compiled=True` insists on the compiled path (ImportError without it),
+    `compiled=False` refuses it, and None takes it unless the environment variable
+    `SPANBUDGET_PURE_PYTHON` is set.
+    """
+
+    def __init__(self, budget: Budget, *, compiled: bool | None = None) -> None:
+        self.budget = budget
+        # Stage matching compiled once: a dict look-up per span shape, and the attributes
+        # the remaining selectors read (DESIGN §5 rule 4).
+        self._table = StageTable(
+            [(stage.name, selector) for stage in budget.stages for selector in stage.selectors]
+        )
+        self._stage_names = budget.stage_names()
+        self._marks = _mark_table(budget.first_token)
+        if compiled and _judge is None:
+            raise ImportError(
+                "spanbudget's compiled evaluator is not built here: reinstall spanbudget "
+                "where a C compiler is (pip install builds it), or pass compiled=False"
+            )
+        if compiled is None:
+            compiled = os.environ.get(PURE_PYTHON_ENV, "") in ("", "0")
+        self._compiled = (
+            _judge.CompiledJudge(budget, self._table, self._marks, Judged)
+            if _judge is not None and compiled
+            else None
+        )
+
+    @property
+    def compiled(self) -> bool:
+        """Whether this evaluator judges on the compiled fast path."""
+        return self._compiled is not None
+
+    def evaluate(self, spans: Sequence[Span], *, evaluated_at: datetime) -> Verdict | None:
+        """The verdict of one trace, or None when no span matches any stage (not judged)."""
+        judged = self.judge(spans, evaluated_at=evaluated_at)
+        return None if judged is None else judged.verdict
+
+    def judge(
+        self, spans: Sequence[Span], *, evaluated_at: datetime, keep_tree: bool = False
+    ) -> Judged | None:
+        """The verdict with each span's stage (to annotate the spans), or None: not judged.
+
+        With `keep_tree`, `Judged.tree` is the attributed tree the verdict came from: its
+        nodes clipped to the TTFT window, with `self_ns` and `on_path` set; call
+        `tree.release()` when done with it.
+        """
+        if not keep_tree and self._compiled is not None:
+            judged = self._compiled.judge(spans, evaluated_at)
+            if judged is None or isinstance(judged, Judged):
+                return judged  # else it handed the trace back: judged below
+        return self._judge_tree(spans, evaluated_at, keep_tree)
+
+    def stage_of(self, node: Node, *, is_root: bool) -> str | None:
+        """The first stage (file order) with a selector that matches, else None."""
+        stage = self._table.stage(node.name, node.kind, node.service, node.attributes, is_root)
+        return stage or None
+
+    def _judge_tree(
+        self, spans: Sequence[Span], evaluated_at: datetime, keep_tree: bool
+    ) -> Judged | None:
+        """The reference path, on a `Node` tree."""
+        matched: set[str] = set()
+        table = self._table
+
+        def classify(node: Node, is_root: bool) -> str | None:
+            stage = table.stage(node.name, node.kind, node.service, node.attributes, is_root)
+            if stage:
+                matched.add(stage)
+                return stage
+            return None
+
+        tree = assemble(spans, classify)
+        if tree is None:
+            return None
+        if not matched:
+            tree.release()
+            return None
+        try:
+            first_token = _first_token(tree, self._marks, spans)
+            verdict = self._judge(spans[0].trace_id, tree, matched, first_token, evaluated_at)
+            stages = {n.span_id: n.stage for n in tree.nodes if n.stage and not n.virtual}
+            judged = Judged(verdict, tree.root.span_id, stages, first_token)
+        except BaseException:
+            tree.release()
+            raise
+        if not keep_tree:
+            tree.release()
+            return judged
+        return Judged(verdict, judged.root_span_id, stages, first_token, tree)
+
+    def _judge(
+        self,
+        trace_id: str,
+        tree: Tree,
+        matched: set[str],
+        first_token: int | None,
+        evaluated_at: datetime,
+    ) -> Verdict:
+        root = tree.root
+        window_end = first_token if first_token is not None else root.end
+        uncovered = attribute_window(tree, root.start, window_end)
+
+        stage_ns = dict.fromkeys(self._stage_names, 0)
+        breakdown_ns: dict[str, dict[str, int]] = {name: {} for name in stage_ns}
+        unattributed = uncovered
+        for node in tree.nodes:
+            if not node.self_ns:
+                continue
+            if node.stage is None:
+                unattributed += node.self_ns
+            else:
+                stage_ns[node.stage] += node.self_ns
+                parts = breakdown_ns[node.stage]
+                parts[node.name] = parts.get(node.name, 0) + node.self_ns
+        model = next(
+            (
+                value
+                for node in tree.nodes
+                if isinstance(value := node.attributes.get(GEN_AI_REQUEST_MODEL), str)
+            ),
+            None,
+        )
+        return self._verdict(
+            trace_id,
+            matched,
+            stage_ns,
+            breakdown_ns,
+            unattributed,
+            window_start=root.start,
+            window_end=window_end,
+            first_token=first_token,
+            error=any(node.error and node.on_path for node in tree.nodes),
+            skew_ns=tree.skew_ns,
+            carried=carried_attributes(root.attributes, model),
+            evaluated_at=evaluated_at,
+        )
+
+    def _verdict(
+        self,
+        trace_id: str,
+        matched: set[str],
+        stage_ns: dict[str, int],
+        breakdown_ns: dict[str, dict[str, int]],
+        unattributed: int,
+        *,
+        window_start: int,
+        window_end: int,
+        first_token: int | None,
+        error: bool,
+        skew_ns: int,
+        carried: dict[str, str | int | float | bool],
+        evaluated_at: datetime,
+    ) -> Verdict:
+        """The verdict from the attributed times (`window_start` is the clipped root's)."""
+        budget = self.budget
+        names = list(stage_ns)
+        rounded = apportion(
+            [stage_ns[n] for n in names] + [unattributed], window_end - window_start
+        )
+        stage_ms = dict(zip(names, rounded, strict=False))
+        total_target, total_limit = budget.total_target_ms, budget.total_limit_ms
+        results: list[StageResult] = []
+        for stage in budget.stages:
+            if stage.name in matched:
+                ms = stage_ms[stage.name]
+                status = band(ms, stage.target_ms, stage.limit_ms)
+                breakdown = {k: round_ms(v) for k, v in breakdown_ns[stage.name].items()}
+                results.append(
+                    new_stage_result(
+                        stage.name, ms, stage.target_ms, stage.limit_ms, status, breakdown
+                    )
+                )
+            elif stage.when_absent is _UNMEASURED_WHEN_ABSENT:
+                total_target -= stage.target_ms
+                total_limit -= stage.limit_ms
+                results.append(
+                    new_stage_result(
+                        stage.name, None, stage.target_ms, stage.limit_ms, _UNMEASURED, {}
+                    )
+                )
+            else:
+                results.append(
+                    new_stage_result(stage.name, 0.0, stage.target_ms, stage.limit_ms, _ABSENT, {})
+                )
+
+        ttft_ms = round_ms(window_end - window_start) if first_token is not None else None
+        if ttft_ms is None:
+            total_status = _INCOMPLETE
+            overrun_ms = 0.0
+        else:
+            total_status = band(ttft_ms, total_target, total_limit)
+            overrun_ms = round(max(0.0, ttft_ms - total_limit), 2)
+
+        if error:
+            status = _ERROR
+        elif ttft_ms is None:
+            status = _INCOMPLETE
+        else:
+            status = max([total_status, *(r.status for r in results)], key=_SEVERITY.__getitem__)
+
+        return Verdict(  # positional: the fields in their order, as the class lists them
+            trace_id,
+            budget.name,
+            status,
+            ttft_ms,
+            total_target,
+            total_limit,
+            total_status,
+            tuple(results),
+            rounded[-1],
+            blame(results, total_status),
+            overrun_ms,
+            round_ms(skew_ns),
+            carried,
+            evaluated_at,
+        )
+
+
+def evaluate(spans: Sequence[Span], budget: Budget, *, evaluated_at: datetime) -> Verdict | None:
+    """One-off evaluation; build an `Evaluator` once to judge many traces."""
+    return Evaluator(budget).evaluate(spans, evaluated_at=evaluated_at)
+
+
+# A mark as the evaluator tries it: (attribute or None, event names, anchor, match).
+_Mark = tuple[str | None, frozenset[str], Selector | None, tuple[Selector, ...]]
+
+
+def _mark_table(marks: Sequence[FirstTokenMark]) -> tuple[_Mark, ...]:
+    return tuple((m.attribute, m.events, m.anchor, m.match) for m in marks)
+
+
+def first_token_ns(
+    tree: Tree, marks: Sequence[FirstTokenMark], spans: Sequence[Span]
+) -> int | None:
+    """The first-token instant of an assembled tree (DESIGN §5 rule 2), or None without one.
+
+    `spans` are the ones the tree was assembled from (event marks read their events).
+    """
+    return _first_token(tree, _mark_table(marks), spans)
+
+
+def _first_token(tree: Tree, marks: tuple[_Mark, ...], spans: Sequence[Span]) -> int | None:
+    """The instant of the outermost span that carries a first-token mark (DESIGN §5 rule 2),
+    and on every node that carries one, its own instant as `Node.mark`: each is done with
+    the first token there, for attribution.
+
+    On each span the marks are tried in the budget's order and the first that applies
+    counts; among spans, the shallowest wins, then the earliest start.
+    """
+    best: tuple[int, int, int] | None = None
+    root = tree.root
+    by_id: dict[str, Span] | None = None  # built only when an event mark is tried
+    for node in tree.nodes:
+        if node.virtual:
+            continue
+        attributes = node.attributes
+        for key, names, anchor, match in marks:
+            if key is not None:
+                value = seconds_value(attributes.get(key))
+                if value is None:
+                    continue
+                if match and not _carries(match, node, node is root):
+                    continue
+                base = node.start if anchor is None else _anchor_end(node, anchor)
+                if base is None:
+                    continue
+                instant = base + round(value * 1e9)
+            else:
+                if by_id is None:
+                    by_id = {}
+                    for span in spans:
+                        by_id.setdefault(span.span_id, span)
+                span = by_id[node.span_id]
+                at = next((t for name, t in span.events if name in names), None)
+                if at is None or (match and not _carries(match, node, node is root)):
+                    continue
+                instant = at + (node.start - span.start_ns)  # shifted with the span
+            node.mark = instant
+            candidate = (node.depth, node.start, instant)
+            if best is None or candidate < best:
+                best = candidate
+            break
+    if best is None:
+        return None
+    return max(best[2], root.start)
+
+
+def _carries(match: tuple[Selector, ...], node: Node, is_root: bool) -> bool:
+    return any(
+        sel.matches_shape(node.name, node.kind, node.service, is_root)
+        and sel.matches_attributes(node.attributes)
+        for sel in match
+    )
+
+
+def _anchor_end(node: Node, anchor: Selector) -> int | None:
+    """The end of the latest-starting child span that matches `anchor` (a retried request
+    leaves several: the last one answered), or None when no child matches."""
+    found: Node | None = None
+    for child in node.children:
+        if (
+            not child.virtual
+            and anchor.matches_shape(child.name, child.kind, child.service, False)
+            and anchor.matches_attributes(child.attributes)
+            and (found is None or (child.start, child.end) > (found.start, found.end))
+        ):
+            found = child
+    return None if found is None else found.end

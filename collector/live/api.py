@@ -1,0 +1,196 @@
+"""The collector's HTTP interface (DESIGN §7): OTLP intake, verdict API, metrics, health, web UI.
+
+`create_app` builds a FastAPI app over a running `Pipeline`; nothing here blocks on
+evaluation, storage or forwarding.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from typing import Annotated, Any
+
+from fastapi import FastAPI, HTTPException, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from spanbudget.collector.alerts.engine import AlertEngine, RuleState
+from spanbudget.collector.durations import parse_since
+from spanbudget.collector.judging.verdict import Status
+from spanbudget.collector.links import MAX_LIST
+from spanbudget.collector.live.intake import (
+    JSON,
+    PROTOBUF,
+    IntakeError,
+    encode_response,
+    encode_status,
+    is_json,
+)
+from spanbudget.collector.live.metrics import render
+from spanbudget.collector.live.pipeline import Pipeline
+from spanbudget.collector.live.ui import ui_router
+from spanbudget.serving import BodyTooLarge, read_body
+
+__all__ = ["create_app"]
+
+_TRACE_ID = re.compile(r"[0-9a-fA-F]{32}\Z")
+# google.rpc.Code values for the Status body of OTLP/HTTP errors.
+_RPC_CODES = {400: 3, 401: 16, 413: 3, 415: 3, 503: 14}
+
+
+def create_app(pipeline: Pipeline, *, alerts: AlertEngine | None = None) -> FastAPI:
+    """The app for one pipeline (and its alert rules); the caller starts and closes them."""
+    settings = pipeline.settings
+    metrics = pipeline.metrics
+    store = pipeline.store
+    token = settings.receiver_token
+    app = FastAPI(title="spanbudget collector", docs_url=None, redoc_url=None)
+
+    def refuse(
+        error: IntakeError, as_json: bool, headers: dict[str, str] | None = None
+    ) -> Response:
+        metrics.requests_rejected.labels(error.reason).inc()
+        return Response(
+            encode_status(_RPC_CODES.get(error.status, 2), error.message, as_json=as_json),
+            status_code=error.status,
+            media_type=JSON if as_json else PROTOBUF,
+            headers=headers,
+        )
+
+    @app.post("/v1/traces")
+    async def export_traces(request: Request) -> Response:
+        content_type = request.headers.get("content-type")
+        as_json = is_json(content_type)
+        if token is not None and not _authorized(request.headers.get("authorization"), token):
+            return refuse(
+                IntakeError(401, "unauthorized", "missing or wrong bearer token"),
+                as_json,
+                {"WWW-Authenticate": "Bearer"},
+            )
+        try:
+            body = await _read_body(request, settings.max_body_bytes)
+            batch = pipeline.decode(
+                body,
+                content_type=content_type,
+                content_encoding=request.headers.get("content-encoding"),
+            )
+        except IntakeError as exc:
+            return refuse(exc, as_json)
+        if batch.rejected:
+            metrics.spans_rejected.labels("span_too_large").inc(batch.rejected)
+        if len(batch.spans) > settings.intake_queue_spans:
+            # It could never fit, however long the client waits: too large, not busy.
+            metrics.spans_rejected.labels("too_many_spans").inc(len(batch.spans))
+            return refuse(
+                IntakeError(
+                    413,
+                    "too_many_spans",
+                    f"{len(batch.spans)} spans in one request; at most "
+                    f"{settings.intake_queue_spans}: split the batch",
+                ),
+                as_json,
+            )
+        if not pipeline.offer(batch):
+            metrics.spans_rejected.labels("queue_full").inc(len(batch.spans))
+            return refuse(
+                IntakeError(503, "queue_full", "intake queue full, retry later"),
+                as_json,
+                {"Retry-After": str(settings.retry_after_seconds)},
+            )
+        metrics.spans_received.inc(len(batch.spans))
+        message = f"{batch.rejected} span(s) over {settings.max_span_bytes} bytes were rejected"
+        return Response(
+            encode_response(batch.rejected, message, as_json=as_json),
+            media_type=JSON if as_json else PROTOBUF,
+        )
+
+    @app.get("/api/verdicts/{trace_id}")
+    def get_verdict(trace_id: str) -> dict[str, Any]:
+        if not _TRACE_ID.match(trace_id):
+            raise HTTPException(400, "trace_id must be 32 hex digits")
+        verdict = store.get(trace_id.lower())
+        if verdict is None:
+            raise HTTPException(404, "no verdict (yet) for this trace")
+        return verdict
+
+    @app.get("/api/verdicts")
+    def list_verdicts(
+        status: Status | None = None,
+        stage: str | None = None,
+        run_id: str | None = None,
+        since: str | None = None,
+        before: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
+    ) -> list[dict[str, Any]]:
+        if before is not None and not _TRACE_ID.match(before):
+            raise HTTPException(400, "before must be a trace id, 32 hex digits")
+        return store.query(
+            status=status,
+            stage=stage,
+            run_id=run_id,
+            since=_since(since),
+            before=before.lower() if before else None,
+            limit=limit,
+        )
+
+    @app.get("/api/summary")
+    def summary(since: str | None = None, run_id: str | None = None) -> dict[str, Any]:
+        result = store.summary(since=_since(since), run_id=run_id)
+        result["budget"] = pipeline.budget.name
+        return result
+
+    @app.get("/api/alerts")
+    def list_alerts(state: RuleState | None = None) -> dict[str, Any]:
+        """Every burn-rate rule on every stage: its state, both windows' burn, its traces."""
+        if alerts is None:
+            raise HTTPException(404, "this collector runs no alert rules")
+        settings = alerts.settings
+        rules = [status.to_dict() for status in alerts.rule_states()]
+        return {
+            "budget": alerts.budget.name,
+            "window_scale": settings.window_scale,
+            "min_traces": settings.min_judged,
+            "min_overruns": settings.min_overruns,
+            "rules": [r for r in rules if state is None or r["state"] == state.value],
+        }
+
+    @app.get("/metrics")
+    def prometheus(request: Request) -> Response:
+        body, content_type = render(metrics.registry, request.headers.get("accept"))
+        return Response(body, media_type=content_type)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        ready = pipeline.ready()
+        return JSONResponse(
+            {"status": "ready" if ready else "not ready"}, status_code=200 if ready else 503
+        )
+
+    app.include_router(ui_router(pipeline, alerts=alerts))  # the web UI: /, /traces, /runs
+    return app
+
+
+def _authorized(header: str | None, token: str) -> bool:
+    scheme, _, given = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The raw body, refused as soon as it passes `limit` bytes (compressed or not)."""
+    try:
+        return await read_body(request, limit)
+    except BodyTooLarge as exc:
+        raise IntakeError(413, "too_large", str(exc)) from None
+
+
+def _since(text: str | None) -> float | None:
+    """`15m` (that long ago) or an RFC 3339 time, as Unix seconds."""
+    if text is None or not text.strip():
+        return None
+    try:
+        return parse_since(text)
+    except ValueError as exc:
+        raise HTTPException(400, str(exc)) from None

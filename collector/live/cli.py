@@ -1,0 +1,279 @@
+"""`spanbudget collect`: the live budget collector on one listener (DESIGN §7).
+
+The composition root of `collector.live`: settings, store, metrics, forwarder, alerts,
+the pipeline, the HTTP app, and signals (SIGHUP reloads the budget, SIGINT/SIGTERM stop).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+__all__ = ["collect", "run"]
+
+log = logging.getLogger("spanbudget.collect")
+
+
+def collect(
+    listen: Annotated[
+        str | None, typer.Option(help="HOST:PORT to listen on.", show_default="127.0.0.1:4318")
+    ] = None,
+    budget: Annotated[
+        Path | None,
+        typer.Option(help="The allocation table (default ./budget.yaml, else the packaged one)."),
+    ] = None,
+    db: Annotated[
+        Path | None,
+        typer.Option(help="SQLite verdict store (WAL).", show_default="data/verdicts.db"),
+    ] = None,
+    forward_otlp: Annotated[
+        str | None,
+        typer.Option(help="Forward every span, annotated, to this OTLP/HTTP endpoint."),
+    ] = None,
+    forward_keep: Annotated[
+        str | None,
+        typer.Option(
+            help="Forward only traces with these verdict statuses (ok, warn, overrun, error,"
+            " incomplete; skipped, dropped: traces not judged), plus --forward-sample of the"
+            " rest. Default: every trace.",
+            show_default=False,
+        ),
+    ] = None,
+    forward_sample: Annotated[
+        str | None,
+        typer.Option(
+            help="Share of the other traces also forwarded, 0 to 1, chosen by trace id as"
+            " OTel's TraceIdRatioBased sampler does (0 with --forward-keep alone).",
+            show_default=False,
+        ),
+    ] = None,
+    alertmanager: Annotated[
+        str | None, typer.Option(help="Alertmanager base URL for burn-rate alerts.")
+    ] = None,
+    webhook: Annotated[str | None, typer.Option(help="JSON webhook URL for alerts.")] = None,
+    alert_window_scale: Annotated[
+        float | None,
+        typer.Option(help="Multiply every burn-rate window (e.g. 0.01 for demos and tests)."),
+    ] = None,
+    jaeger_ui: Annotated[
+        str | None,
+        typer.Option(help="Jaeger UI base URL, for trace links in alerts and the web UI."),
+    ] = None,
+    jaeger_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Jaeger query base URL (API v3): the web UI reads spans it no longer keeps."
+        ),
+    ] = None,
+    decision_wait: Annotated[
+        str | None,
+        typer.Option(
+            help="Quiet time after a trace's last span before judging it.", show_default="2s"
+        ),
+    ] = None,
+    max_trace_age: Annotated[
+        str | None,
+        typer.Option(
+            help="Judge a trace at this age even if it never completes.", show_default="30s"
+        ),
+    ] = None,
+    receiver_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SPANBUDGET_RECEIVER_TOKEN",
+            help="Require `Authorization: Bearer TOKEN` on /v1/traces.",
+        ),
+    ] = None,
+    max_body_bytes: Annotated[
+        int | None,
+        typer.Option(help="Largest request body, after decompression.", show_default="8 MiB"),
+    ] = None,
+    retention: Annotated[
+        str | None, typer.Option(help="Keep verdicts this long.", show_default="7d")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Receive OTLP traces, judge each against the budget, store, export metrics, forward.
+
+    Spans arrive on POST /v1/traces (OTLP/HTTP: protobuf or JSON, gzip).
+    Verdicts: /api/verdicts and /api/summary; metrics: /metrics; a live view: /.
+
+    SIGHUP reloads --budget (an invalid file keeps the old budget).
+    Ctrl-C or SIGTERM judge what is buffered, drain the forwarder, close the store.
+    Options not given fall back to SPANBUDGET_COLLECTOR_* environment variables.
+
+    Example:
+
+        spanbudget collect --budget budget.yaml --forward-otlp http://127.0.0.1:4319
+
+        spanbudget collect --forward-otlp http://127.0.0.1:4319 \
+            --forward-keep overrun,error --forward-sample 0.05
+    """
+    from pydantic import ValidationError
+
+    from spanbudget.collector.durations import parse_duration
+    from spanbudget.collector.live.settings import CollectorSettings
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    options: dict[str, Any] = {
+        "listen": listen,
+        "budget_path": budget,
+        "db_path": db,
+        "forward_otlp": forward_otlp,
+        "forward_keep": forward_keep,
+        "forward_sample": forward_sample,
+        "alertmanager": alertmanager,
+        "webhook": webhook,
+        "alert_window_scale": alert_window_scale,
+        "jaeger_ui": jaeger_ui,
+        "jaeger_url": jaeger_url,
+        "receiver_token": receiver_token,
+        "max_body_bytes": max_body_bytes,
+    }
+    try:
+        # Durations left out stay None, so that SPANBUDGET_COLLECTOR_* (or the default) apply.
+        for key, text in (
+            ("decision_wait_seconds", decision_wait),
+            ("max_trace_age_seconds", max_trace_age),
+            ("retention_seconds", retention),
+        ):
+            options[key] = None if text is None else parse_duration(text)
+        given = {k: v for k, v in options.items() if v is not None}
+        settings = CollectorSettings(**given)
+    except ValidationError as exc:
+        typer.echo(f"error: {_problems(exc, given)}", err=True)
+        raise typer.Exit(2) from None
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if settings.forward_otlp is None and (
+        settings.forward_keep is not None or settings.forward_sample is not None
+    ):
+        log.warning("--forward-keep and --forward-sample do nothing without --forward-otlp")
+    raise typer.Exit(run(settings))
+
+
+# Settings whose flag is not their name with dashes.
+_FLAGS = {
+    "budget_path": "--budget",
+    "db_path": "--db",
+    "decision_wait_seconds": "--decision-wait",
+    "max_trace_age_seconds": "--max-trace-age",
+    "retention_seconds": "--retention",
+}
+
+
+def _problems(exc: Any, given: dict[str, Any]) -> str:
+    """A settings error on one line, each problem named by the flag, or the environment
+    variable, that gave the value."""
+    problems = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        if field in given:
+            where = _FLAGS.get(field, "--" + field.replace("_", "-"))
+        else:
+            where = f"SPANBUDGET_COLLECTOR_{field.upper()}"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        problems.append(f"{where}: {message} (got {error['input']!r})")
+    return "; ".join(problems)
+
+
+def run(settings: Any) -> int:
+    """Run the collector until SIGINT/SIGTERM; return the exit code."""
+    from prometheus_client import CollectorRegistry
+
+    from spanbudget.collector.alerts.engine import AlertSettings
+    from spanbudget.collector.alerts.wiring import build_alerting
+    from spanbudget.collector.budget.loader import BudgetError, load_budget
+    from spanbudget.collector.budget.source import find_budget
+    from spanbudget.collector.judging.evaluate import COMPILED
+    from spanbudget.collector.live.alerting import AlertsSink
+    from spanbudget.collector.live.api import create_app
+    from spanbudget.collector.live.forward import Forwarder
+    from spanbudget.collector.live.gc_settings import tune_for_throughput
+    from spanbudget.collector.live.metrics import CollectorMetrics
+    from spanbudget.collector.live.pipeline import Pipeline
+    from spanbudget.collector.live.span_store import SpanStore
+    from spanbudget.collector.live.store import VerdictStore
+    from spanbudget.serving import parse_listen, serve
+
+    source = find_budget(settings.budget_path)
+    log.info("%s", source.describe())
+    try:
+        loaded = load_budget(source.path)
+    except (BudgetError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    for warning in loaded.warnings:
+        log.warning("budget: %s", warning)
+    metrics = CollectorMetrics(CollectorRegistry())
+    store = VerdictStore(
+        settings.db_path,
+        retention_seconds=settings.retention_seconds,
+        retention_count=settings.retention_count,
+    )
+    forwarder = Forwarder.from_settings(settings, metrics)
+    host, port = parse_listen(settings.listen)
+    alerting = build_alerting(
+        loaded.budget,
+        AlertSettings(
+            window_scale=settings.alert_window_scale,
+            min_judged=settings.alert_min_traces,
+            min_overruns=settings.alert_min_overruns,
+            resend_s=settings.alert_resend_seconds,
+            ui_url=settings.public_url or f"http://{host}:{port}",
+            jaeger_ui=settings.jaeger_ui or "",
+        ),
+        alertmanager=settings.alertmanager,
+        webhook=settings.webhook,
+        on_failure=lambda sink: metrics.export_failures.labels(sink).inc(),
+    )
+    pipeline = Pipeline(
+        settings,
+        loaded.budget,
+        metrics=metrics,
+        store=store,
+        forwarder=forwarder,
+        sinks=[AlertsSink(alerting.engine)],
+        spans=SpanStore.from_settings(settings),
+    )
+    pipeline.start()
+    alerting.start()
+
+    def reload(_signum: int, _frame: object) -> None:
+        # Off the signal frame: loading YAML there could interrupt the event loop mid-step.
+        # The pipeline's core owns the budget; the alert engine follows it.
+        threading.Thread(target=pipeline.reload_budget, args=(source.path,), daemon=True).start()
+
+    signal.signal(signal.SIGHUP, reload)
+    log.info(
+        "spanbudget collector listening on http://%s:%d (budget %r from %s, store %s,"
+        " decision wait %gs, %s evaluator%s)",
+        host,
+        port,
+        loaded.budget.name,
+        source.path,
+        settings.db_path,
+        settings.decision_wait_seconds,
+        "compiled" if COMPILED else "pure-Python (the compiled one is not built)",
+        f", forwarding {forwarder.policy.describe()} to {settings.forward_traces_url}"
+        if forwarder
+        else "",
+    )
+    tune_for_throughput()
+    started = False
+    try:
+        started = serve(create_app(pipeline, alerts=alerting.engine), settings.listen)
+    finally:
+        log.info("shutting down: judging buffered traces, draining the forwarder")
+        pipeline.close()
+        alerting.close()
+        log.info("collector stopped")
+    return 0 if started else 1

@@ -1,0 +1,147 @@
+"""`spanbudget loadtest` and `spanbudget report`: thin commands over `collector.loadtest`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spanbudget.collector.loadtest.schedule import Arrival
+from spanbudget.terminal import make_console, print_error
+
+__all__ = ["loadtest", "report"]
+
+
+def _fail(message: str) -> typer.Exit:
+    print_error(message)
+    return typer.Exit(2)
+
+
+def loadtest(
+    target: Annotated[str, typer.Option(help="The gateway's base URL.")],
+    rate: Annotated[float, typer.Option(help="Requests per second (open loop).")] = 2.0,
+    duration: Annotated[
+        str | None, typer.Option(help="How long to send, e.g. 30s (default without --requests).")
+    ] = None,
+    requests: Annotated[int | None, typer.Option(help="Send exactly this many.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Folder for the report files.")] = None,
+    collector: Annotated[
+        str | None,
+        typer.Option(
+            help="The budget collector (default http://127.0.0.1:4318): verdicts come from "
+            "it, and spans go there unless OTEL_EXPORTER_OTLP_TRACES_ENDPOINT routes them."
+        ),
+    ] = None,
+    budget: Annotated[
+        Path | None,
+        typer.Option(help="The allocation table (default ./budget.yaml, else the packaged one)."),
+    ] = None,
+    arrival: Annotated[Arrival, typer.Option(help="Gaps between requests.")] = Arrival.POISSON,
+    max_concurrency: Annotated[int, typer.Option(help="Requests in flight at most.")] = 256,
+    prompts: Annotated[
+        Path | None, typer.Option(help='JSONL of {"prompt": ..., "max_tokens": ...}.')
+    ] = None,
+    api_key: Annotated[str | None, typer.Option(help="Bearer key for the gateway.")] = None,
+    run_id: Annotated[str | None, typer.Option(help="Name the run (default: random).")] = None,
+    warmup: Annotated[int, typer.Option(help="Untimed requests sent first.")] = 0,
+    model: Annotated[
+        str | None, typer.Option(help="Model name (default: the first listed).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for arrivals and prompt order.")] = 0,
+    jaeger_ui: Annotated[str, typer.Option(help="Jaeger UI base URL, for links.")] = "",
+) -> None:
+    """Drive the gateway at a fixed schedule; report every stage against the budget.
+
+    Every request is a traced root span; its verdict is joined from the collector.
+    Writes report.json, requests.csv and report.html into --out (default runs/RUN_ID).
+    Exit 0 within the budget's objective, 1 breached, 2 the run itself failed.
+
+    Example:
+
+        spanbudget loadtest --target http://127.0.0.1:8080 --rate 4 --duration 30s --out runs/a
+    """
+    from spanbudget.collector.budget.loader import BudgetError, load_budget
+    from spanbudget.collector.budget.source import find_budget
+    from spanbudget.collector.durations import parse_duration
+    from spanbudget.collector.loadtest.run import (
+        EXIT_FAILED,
+        LoadTest,
+        RunFailed,
+        load_prompts,
+        new_run_id,
+    )
+    from spanbudget.collector.loadtest.schedule import Phase
+    from spanbudget.collector.loadtest.telemetry import DEFAULT_COLLECTOR, loadtest_tracer_provider
+
+    source = find_budget(budget)
+    make_console(stderr=True).print(source.describe())
+    try:
+        table = load_budget(source.path).budget
+    except BudgetError as exc:
+        raise _fail(str(exc)) from None
+    run_id = run_id or new_run_id()
+    if duration is not None and requests is not None:
+        raise _fail("give --duration or --requests, not both")
+    try:
+        seconds = parse_duration(duration) if duration else (None if requests else 30.0)
+        phase = Phase("main", rate, duration_s=seconds, requests=requests)
+        test = LoadTest(
+            target=target,
+            collector=collector or DEFAULT_COLLECTOR,
+            budget=table,
+            phases=[phase],
+            out=out or Path("runs") / run_id,
+            arrival=arrival,
+            model=model,
+            prompts=load_prompts(prompts),
+            seed=seed,
+            max_concurrency=max_concurrency,
+            api_key=api_key,
+            warmup=warmup,
+            ui_url=collector or DEFAULT_COLLECTOR,
+            jaeger_ui=jaeger_ui,
+            run_id=run_id,
+        )
+    except (ValueError, RunFailed) as exc:
+        raise _fail(str(exc)) from None
+    provider = loadtest_tracer_provider(collector)
+    console = make_console()
+    try:
+        _, code = test.run(provider, console)
+    except RunFailed as exc:
+        print_error(str(exc), label="run failed")
+        code = EXIT_FAILED
+    finally:
+        provider.shutdown()
+    raise typer.Exit(code)
+
+
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A load test's --out folder.")],
+) -> None:
+    """Render a finished run's report again from its files (and rewrite report.html).
+
+    Example:
+
+        spanbudget report runs/run-3f2a9c1e
+    """
+    from spanbudget.collector.loadtest.files import (
+        REPORT_JSON,
+        REQUESTS_CSV,
+        read_report,
+        read_results,
+    )
+    from spanbudget.collector.loadtest.render_html import render_html
+    from spanbudget.collector.loadtest.render_terminal import render_terminal
+
+    try:
+        data = read_report(run_dir / REPORT_JSON)
+        results = read_results(run_dir / REQUESTS_CSV)
+        page = render_html(data, results)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        # Exit 1 means "breached": a folder that is not a run must not look like one.
+        raise _fail(f"{run_dir}: not a load-test run folder ({exc!r})") from None
+    render_terminal(data, make_console())
+    (run_dir / "report.html").write_text(page)
+    raise typer.Exit(0 if data.slo_met else 1)

@@ -1,0 +1,116 @@
+"""The embedded stack, defined once: the budget collector, the engine emulator and the RAG
+gateway as three processes that meet only over HTTP and OTLP, as in production.
+
+`spanbudget demo` starts it, and so do the end-to-end and web UI tests and `bench/cpu.py`,
+each with its own addresses, data folder and extra flags.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spanbudget.processes import Child
+
+__all__ = ["CHILD_ENV", "Stack", "spanbudget_command"]
+
+# Spans leave each process within 200 ms, so verdicts follow the requests closely.
+CHILD_ENV = {"OTEL_BSP_SCHEDULE_DELAY": "200", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+# The collector judges traces after the fact, off every request's path: on a small machine
+# it takes a core only when the request path leaves one (lowering priority needs no right).
+_COLLECTOR_NICE = 10
+
+
+def spanbudget_command(*args: str) -> list[str]:
+    """`spanbudget ARGS...` with this interpreter, as a child process runs it."""
+    return [sys.executable, "-m", "spanbudget", *args]
+
+
+def _niced(command: list[str], nice: int) -> list[str]:
+    """`command` at a lower CPU priority, with `nice` where the system has it."""
+    tool = shutil.which("nice")
+    return [tool, "-n", str(nice), *command] if tool else command
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Where the three processes listen and keep their data, and what each adds.
+
+    `logs` defaults to `data_dir / "logs"`; `env` goes to every child on top of
+    `CHILD_ENV`; `collector_args` are appended to `spanbudget collect`'s.
+    """
+
+    data_dir: Path
+    budget: Path
+    collector: str = "127.0.0.1:4318"
+    engine: str = "127.0.0.1:8000"
+    gateway: str = "127.0.0.1:8080"
+    preset: str | None = None
+    decision_wait: str = "1s"
+    logs: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    collector_args: Sequence[str] = ()
+
+    @property
+    def collector_url(self) -> str:
+        return f"http://{self.collector}"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://{self.gateway}"
+
+    def children(self) -> list[Child]:
+        """The collector, the engine emulator and the gateway, in the order to start them."""
+        env = {**CHILD_ENV, **self.env}
+        otlp_env = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": self.collector_url}
+        logs = self.logs or self.data_dir / "logs"
+        engine_args = ["engine", "--listen", self.engine]
+        if self.preset:
+            engine_args += ["--preset", self.preset]
+        collect = spanbudget_command(
+            "collect",
+            "--listen",
+            self.collector,
+            "--budget",
+            str(self.budget),
+            "--db",
+            str(self.data_dir / "verdicts.db"),
+            "--decision-wait",
+            self.decision_wait,
+            *self.collector_args,
+        )
+        return [
+            Child(
+                "collector",
+                _niced(collect, _COLLECTOR_NICE),
+                f"{self.collector_url}/readyz",
+                logs / "collector.log",
+                env,
+            ),
+            Child(
+                "engine",
+                spanbudget_command(*engine_args),
+                f"http://{self.engine}/health",
+                logs / "engine.log",
+                otlp_env,
+            ),
+            Child(
+                "gateway",
+                spanbudget_command(
+                    "serve",
+                    "--listen",
+                    self.gateway,
+                    "--llm-base-url",
+                    f"http://{self.engine}/v1",
+                    "--data-dir",
+                    str(self.data_dir),
+                ),
+                f"{self.gateway_url}/readyz",
+                logs / "gateway.log",
+                {**otlp_env, "SPANBUDGET_API_KEYS": ""},
+            ),
+        ]

@@ -1,0 +1,177 @@
+"""`spanbudget budget suggest` on a real load-test run of the reference path: the stack as
+separate processes on 127.0.0.1 (engine emulator, collector, gateway), driven by the load
+tester; the collector forwards every span to a receiver here, and those spans are the input.
+
+The suggested limits reproduce the p95s the load-test report observed, within 10 %, and
+the output loads with the strict loader. The GenAI semconv preset judges the same spans:
+the gateway traces itself after the conventions (time_to_first_chunk on its chat span).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from spanbudget.cli import app
+from spanbudget.collector.budget.loader import parse_budget
+from spanbudget.collector.spans import Span, group_by_trace
+from spanbudget.processes import Supervisor
+from spanbudget.stack import Stack, spanbudget_command
+from tests.collector.budget.presets.conftest import Receiver
+from tests.support.servers import ServerThread, free_port, wait_until
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[4]
+REQUESTS = 60
+ENV = {"HF_HUB_OFFLINE": "1", "OTEL_BSP_SCHEDULE_DELAY": "200", "PYTHONUNBUFFERED": "1"}
+DOCS = {
+    "with.md": "# The with statement\n\nA context manager's __enter__ runs first and its "
+    "__exit__ always runs last, even when the block raises.\n",
+    "generators.txt": "Generators\n\nA generator function contains yield; each next() runs "
+    "the body to the following yield.\n",
+    "slices.rst": "Slices\n======\n\nA slice a[i:j:k] selects items from i up to j, by k.\n",
+}
+
+
+@dataclass
+class ReferenceRun:
+    traces: Path  # the forwarded spans, as the OTel Collector's file exporter writes proto
+    spans: list[Span]
+    report: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRun:
+    root = tmp_path_factory.mktemp("reference")
+    docs = root / "docs"
+    docs.mkdir()
+    for name, text in DOCS.items():
+        (docs / name).write_text(text)
+    data = root / "data"
+    subprocess.run(
+        spanbudget_command("ingest", str(docs), "--data-dir", str(data)),
+        check=True, timeout=300, capture_output=True, env={**os.environ, **ENV}, cwd=REPO,
+    )  # fmt: skip
+    receiver = Receiver()
+    with ServerThread(receiver.app) as forward_to:
+        spec = Stack(
+            data_dir=data,
+            budget=REPO / "budget.yaml",
+            collector=f"127.0.0.1:{free_port()}",
+            engine=f"127.0.0.1:{free_port()}",
+            gateway=f"127.0.0.1:{free_port()}",
+            decision_wait="0.5s",
+            logs=root,
+            env=ENV,
+            collector_args=("--forward-otlp", forward_to.url),
+        )
+        collector = spec.collector_url
+        budget = str(spec.budget)
+        children = spec.children()
+        supervisor = Supervisor()
+        try:
+            for child in children:
+                supervisor.start(child)
+            for child in children:
+                supervisor.wait_healthy(child, 180)
+            out = root / "run"
+            result = subprocess.run(
+                spanbudget_command("loadtest", "--target", spec.gateway_url,
+                           "--collector", collector, "--requests", str(REQUESTS), "--rate", "6",
+                           "--run-id", "suggest", "--out", str(out), "--budget", budget),
+                capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, **ENV},
+            )  # fmt: skip
+            assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
+            report = json.loads((out / "report.json").read_text())
+            assert report["errors"] == 0
+            assert report["verdicts"]["missing"] == 0
+
+            def judged_traces() -> int:
+                traces = group_by_trace(receiver.spans()).values()
+                return sum(any(s.name == "llm_request" for s in t) for t in traces)
+
+            wait_until(lambda: judged_traces() >= REQUESTS, "the forwarded traces", 60)
+        finally:
+            supervisor.stop_all()
+    traces = root / "forwarded.otlp"
+    with traces.open("wb") as file:  # the file exporter's `format: proto` framing
+        for body in receiver.bodies:
+            file.write(len(body).to_bytes(4, "big") + body)
+    return ReferenceRun(traces, receiver.spans(), report)
+
+
+def run_cli(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def stage_p95s(verdicts: list[dict[str, Any]]) -> dict[str, float]:
+    values: dict[str, list[float]] = {}
+    for verdict in verdicts:
+        for stage in verdict["stages"]:
+            if stage["ms"] is not None and stage["status"] != "absent":
+                values.setdefault(stage["name"], []).append(stage["ms"])
+    return {name: float(np.percentile(v, 95)) for name, v in values.items()}
+
+
+def limits_of(text: str) -> dict[str, float]:
+    budget = parse_budget(text, "suggested.yaml")
+    assert budget.warnings == ()  # the stage limits sum within the total
+    return {stage.name: stage.limit_ms for stage in budget.budget.stages}
+
+
+def test_suggested_limits_reproduce_the_load_tests_p95s(reference_run: ReferenceRun) -> None:
+    text = run_cli("budget", "suggest", str(reference_run.traces), "--budget", "budget.yaml")
+    limits = limits_of(text)
+    observed = {s["name"]: s["p95_ms"] for s in reference_run.report["stages"] if s["count"]}
+    assert observed.keys() == limits.keys()
+    for name, p95 in observed.items():
+        assert p95 <= limits[name] <= max(p95 * 1.1, 0.1), (name, p95, limits)
+    # Every number says where it came from.
+    assert text.count(f"p95 of {REQUESTS} traces was") == len(observed)
+    assert text.count("  # ") >= 2 * len(limits) + 2
+
+
+def test_stages_from_the_structure_are_the_reference_paths(reference_run: ReferenceRun) -> None:
+    text = run_cli("budget", "suggest", str(reference_run.traces))
+    limits = limits_of(text)
+    # The gateway's children on the critical path, and the caller above it.
+    assert {"client", "server", "retrieval", "prompt", "chat"} <= limits.keys()
+    suggested = reference_run.traces.parent / "suggested.yaml"
+    suggested.write_text(text)
+    verdicts = json.loads(
+        run_cli("check", str(reference_run.traces), "--budget", str(suggested),
+                "--format", "json", "--fail-on", "never")
+    )  # fmt: skip
+    assert len(verdicts) == REQUESTS
+    for name, p95 in stage_p95s(verdicts).items():
+        assert p95 <= limits[name] <= max(p95 * 1.1, 0.1), (name, p95, limits[name])
+
+
+def test_the_genai_preset_judges_the_reference_path(reference_run: ReferenceRun) -> None:
+    verdicts = json.loads(
+        run_cli("check", str(reference_run.traces), "--preset", "genai", "--format", "json",
+                "--fail-on", "never")
+    )  # fmt: skip
+    assert len(verdicts) == REQUESTS
+    for verdict in verdicts:
+        assert verdict["status"] not in ("incomplete", "error")
+        ms = {s["name"]: s["ms"] for s in verdict["stages"]}
+        assert round(sum(ms.values()) + verdict["unattributed_ms"], 2) == verdict["ttft_ms"]
+        assert ms["retrieval"] > 0
+        assert ms["llm"] > 0
+    text = run_cli("budget", "suggest", str(reference_run.traces), "--preset", "genai")
+    assert "\nversion: 1\npreset: genai\n" in text
+    limits = limits_of(text)
+    for name, p95 in stage_p95s(verdicts).items():
+        assert p95 <= limits[name] <= max(p95 * 1.1, 0.1), (name, p95, limits[name])

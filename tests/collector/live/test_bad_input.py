@@ -1,0 +1,154 @@
+"""Bad input is always answered 4xx (never 5xx) with a Status body, and leaves the collector
+healthy, judging, and within bounded memory."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import resource
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.rpc import status_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from tests.collector.live.harness import Collector, otlp_json, running_collector
+from tests.support.otlp import to_request
+from tests.support.traces import rag_trace
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+MIB = 1024 * 1024
+
+
+def _good() -> bytes:
+    return bytes(to_request(rag_trace(trace_id="c" * 32).spans).SerializeToString())
+
+
+def _json_doc() -> dict[str, Any]:
+    return dict(json.loads(otlp_json(to_request(rag_trace(trace_id="d" * 32).spans))))
+
+
+def _json_with(edit: object) -> bytes:
+    document = _json_doc()
+    span = document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    edit(span)  # type: ignore[operator]
+    return json.dumps(document).encode()
+
+
+def _gzip_bomb(inflated_bytes: int) -> bytes:
+    """`inflated_bytes` of zeros as gzip members of 1 MiB each (about 1 KiB apiece)."""
+    return gzip.compress(bytes(MIB)) * (inflated_bytes // MIB)
+
+
+def _one_span_with_attribute(size: int) -> bytes:
+    spans = rag_trace(trace_id="e" * 32).spans[:1]
+    request = to_request(spans)
+    kv = request.resource_spans[0].scope_spans[0].spans[0].attributes.add()
+    kv.key = "big"
+    kv.value.string_value = "x" * size
+    return bytes(request.SerializeToString())
+
+
+BAD_INPUTS = {
+    "random bytes": (random.Random(3).randbytes(4096), PROTOBUF, {}),
+    "truncated protobuf": (_good()[: len(_good()) // 2], PROTOBUF, {}),
+    "empty body": (b"", PROTOBUF, {}),
+    "empty json body": (b"", JSON, {}),
+    "not json": (b"{resourceSpans: nope", JSON, {}),
+    "json array": (b"[1, 2, 3]", JSON, {}),
+    "json wrong type": (b'{"resourceSpans": "everything"}', JSON, {}),
+    "json span name a number": (_json_with(lambda s: s.update(name=42)), JSON, {}),
+    "json start time a list": (_json_with(lambda s: s.update(startTimeUnixNano=[1])), JSON, {}),
+    "missing trace id": (_json_with(lambda s: s.pop("traceId")), JSON, {}),
+    "missing span id": (_json_with(lambda s: s.pop("spanId")), JSON, {}),
+    "trace id wrong length": (_json_with(lambda s: s.update(traceId="ab" * 15)), JSON, {}),
+    "span id not hex": (_json_with(lambda s: s.update(spanId="zz" * 8)), JSON, {}),
+    "1 MB attribute value": (_one_span_with_attribute(MIB), PROTOBUF, {}),
+    "gzip bomb": (_gzip_bomb(1024 * MIB), PROTOBUF, {"Content-Encoding": "gzip"}),
+    "truncated gzip": (gzip.compress(_good())[:40], PROTOBUF, {"Content-Encoding": "gzip"}),
+    "unknown encoding": (_good(), PROTOBUF, {"Content-Encoding": "br"}),
+    "unknown content type": (_good(), "text/plain", {}),
+}
+
+
+def _protobuf_with_short_ids() -> bytes:
+    request = to_request(rag_trace(trace_id="f" * 32).spans)
+    request.resource_spans[0].scope_spans[0].spans[0].trace_id = b"\x01" * 15
+    return bytes(request.SerializeToString())
+
+
+BAD_INPUTS["protobuf trace id of 15 bytes"] = (_protobuf_with_short_ids(), PROTOBUF, {})
+
+
+@pytest.fixture(scope="module")
+def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Collector]:
+    with running_collector(tmp_path_factory.mktemp("bad"), max_body_bytes=4 * MIB) as running:
+        yield running
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_4xx_and_the_collector_stays_healthy(collector: Collector, case: str) -> None:
+    body, content_type, headers = BAD_INPUTS[case]
+    response = collector.post(body, content_type, **headers)
+    assert 400 <= response.status_code < 500, (case, response.status_code, response.text)
+    if response.headers["content-type"].startswith(PROTOBUF):
+        status = status_pb2.Status.FromString(response.content)
+    else:
+        status = status_pb2.Status(**response.json())
+    assert status.message
+    assert collector.client.get("/healthz").status_code == 200
+    assert collector.client.get("/readyz").status_code == 200
+
+
+def test_size_limits_are_413_and_memory_stays_bounded(collector: Collector) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    bomb = BAD_INPUTS["gzip bomb"][0]
+    for _ in range(3):
+        response = collector.post(bomb, PROTOBUF, **{"Content-Encoding": "gzip"})
+        assert response.status_code == 413
+    plain = collector.post(bytes(5 * MIB), PROTOBUF)
+    assert plain.status_code == 413
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    # Inflating the bomb would take 1 GiB; the bounded inflater stops at the 4 MiB limit.
+    assert grown_mib < 100, f"RSS grew {grown_mib:.0f} MiB"
+    assert collector.metric("spanbudget_requests_rejected_total", reason="too_large") >= 4
+
+
+def test_a_big_span_is_rejected_alone_with_partial_success(collector: Collector) -> None:
+    request = to_request(rag_trace(trace_id="ab" * 16).spans)
+    kv = request.resource_spans[1].scope_spans[0].spans[1].attributes.add()  # gateway.validate
+    kv.key = "big"
+    kv.value.string_value = "x" * MIB
+    response = collector.post(request.SerializeToString(), PROTOBUF)
+    assert response.status_code == 200
+    answer = ExportTraceServiceResponse.FromString(response.content)
+    assert answer.partial_success.rejected_spans == 1
+    assert "over" in answer.partial_success.error_message
+    json_response = collector.post(otlp_json(request), JSON)
+    assert json_response.status_code == 200
+    assert json_response.json()["partialSuccess"]["rejectedSpans"] == "1"
+    # The rest of the trace is still judged, without the rejected span.
+    verdict = collector.verdict("ab" * 16)
+    assert verdict["spans"] == len(rag_trace().spans) - 1
+
+
+def test_after_all_the_bad_input_good_traces_are_still_judged(collector: Collector) -> None:
+    response = collector.post(_good(), PROTOBUF)
+    assert response.status_code == 200
+    assert collector.verdict("c" * 32)["status"] == "ok"
+    assert collector.metric("spanbudget_requests_rejected_total", reason="malformed") >= 10
+
+
+def test_wrong_or_missing_bearer_token_is_401(tmp_path: Path) -> None:
+    with running_collector(tmp_path, receiver_token="s3cret") as collector:
+        assert collector.post(_good(), PROTOBUF).status_code == 401
+        wrong = collector.post(_good(), PROTOBUF, Authorization="Bearer nope")
+        assert wrong.status_code == 401
+        assert wrong.headers["www-authenticate"] == "Bearer"
+        ok = collector.post(_good(), PROTOBUF, Authorization="Bearer s3cret")
+        assert ok.status_code == 200
+        assert collector.metric("spanbudget_spans_received_total") == len(rag_trace().spans)

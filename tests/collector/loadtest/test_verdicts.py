@@ -1,0 +1,36 @@
+"""Joining a run's verdicts from a real collector's API, also past the API's page size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spanbudget.collector.budget.loader import load_budget
+from spanbudget.collector.judging.evaluate import Evaluator
+from spanbudget.collector.loadtest.verdicts import wait_for_verdicts
+from tests.collector.live.harness import BUDGET, running_collector
+from tests.support.otlp import to_request
+from tests.support.traces import rag_trace
+
+PROTOBUF = "application/x-protobuf"
+
+
+def test_a_run_larger_than_one_api_page_gets_every_verdict(tmp_path: Path) -> None:
+    # The listing serves at most 1000 verdicts: a run of 1,100 must still be joined whole,
+    # and asking for more than a page must not be refused as a bad request.
+    count = 1_100
+    trace_ids = [f"{n + 1:032x}" for n in range(count)]
+    with running_collector(tmp_path) as collector:
+        for start in range(0, count, 200):
+            spans = []
+            for trace_id in trace_ids[start : start + 200]:
+                spans += rag_trace(trace_id=trace_id).spans
+            body = to_request(spans).SerializeToString()
+            assert collector.post(body, PROTOBUF).status_code == 200
+        assert collector.pipeline.wait_idle(60)
+        found = wait_for_verdicts(collector.url, "run-1", trace_ids, timeout_s=5, poll_s=0.1)
+    assert set(found) == set(trace_ids)
+    expected = Evaluator(load_budget(BUDGET).budget).evaluate(
+        rag_trace(trace_id=trace_ids[0]).spans, evaluated_at=found[trace_ids[0]].evaluated_at
+    )
+    assert found[trace_ids[0]] == expected  # the served JSON, read back into the verdict
+    assert all(found[t].trace_id == t for t in trace_ids)

@@ -1,0 +1,149 @@
+"""`budget suggest` on synthetic traces of the reference path's shape: the rounding, the
+stages from the structure, the sums within the total, and the CLI's exits."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spanbudget.cli import app
+from spanbudget.collector.budget.loader import load_budget, load_preset, parse_budget
+from spanbudget.collector.budget.model import WhenAbsent
+from spanbudget.collector.spans import Span
+from spanbudget.collector.stats import percentile
+from spanbudget.collector.suggest.budget import MIN_MS, NoTracesError, ceil_ms, render, suggest
+from tests.support.otlp import to_otlp_json
+from tests.support.traces import rag_trace
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def traffic(count: int = 200, *, seed: int = 1) -> list[Span]:
+    """Reference-path traces with random extra retrieval, queue and prefill time; one in
+    ten without the load tester's span (server-only)."""
+    rng = random.Random(seed)
+    spans: list[Span] = []
+    for i in range(count):
+        spans += rag_trace(
+            trace_id=f"{i + 1:032x}",
+            retrieval=rng.random() * 30,
+            queue=rng.random() * 20,
+            prefill=rng.random() * 50,
+            client_root=i % 10 != 0,
+        ).spans
+    return spans
+
+
+@pytest.mark.parametrize(
+    ("value", "rounded"),
+    [(41.3, 42), (117.6, 118), (3.96, 4.0), (0.731, 0.74), (10.0, 10), (10.01, 11), (0, MIN_MS)],
+)
+def test_ceil_ms(value: float, rounded: float) -> None:
+    assert ceil_ms(value) == rounded
+
+
+def test_ceil_ms_is_never_below_nor_10_percent_above() -> None:
+    rng = random.Random(3)
+    for _ in range(5000):
+        value = 10 ** rng.uniform(-1, 4)
+        assert value <= ceil_ms(value) < value * 1.1
+
+
+def test_stages_from_the_structure_of_the_reference_path() -> None:
+    suggestion = suggest(traffic(), objective=0.95)
+    stages = {s.stage.name: s for s in suggestion.stages}
+    assert list(stages) == ["client", "server", "gateway", "auth", "retrieval", "prompt", "chat"]
+    assert stages["client"].stage.when_absent is WhenAbsent.UNMEASURED  # not in every trace
+    assert stages["client"].observed is not None
+    assert stages["client"].observed.count == 180
+    # The vLLM request under the chat span stays part of it: chat holds queue and prefill.
+    chat = stages["chat"]
+    assert chat.observed is not None
+    assert chat.stage.limit_ms == ceil_ms(chat.observed.high_ms)
+    assert chat.stage.target_ms == ceil_ms(chat.observed.median_ms)
+
+
+def test_limits_are_the_objectives_percentile_of_what_check_measures() -> None:
+    spans = traffic()
+    base = load_budget(REPO / "budget.yaml").budget
+    suggestion = suggest(spans, objective=0.9, base=base, origin="budget.yaml")
+    text = render(suggestion)
+    loaded = parse_budget(text, "suggested.yaml")
+    assert loaded.warnings == ()
+    budget = loaded.budget
+    assert budget.stage_names() == base.stage_names()
+    assert [s.selectors for s in budget.stages] == [s.selectors for s in base.stages]
+    retrieval = [18 + extra for extra in sorted(_extras(spans))]
+    p90 = percentile(retrieval, 90)
+    assert budget.stage("retrieval").limit_ms == ceil_ms(p90)
+    assert f"limit_ms: {budget.stage('retrieval').limit_ms:g}  # p90 of 200 traces was" in text
+    assert budget.slo_objective == 0.9
+    assert budget.total_limit_ms >= sum(s.limit_ms for s in budget.stages)
+    assert budget.total_target_ms >= sum(s.target_ms for s in budget.stages)
+
+
+def _extras(spans: list[Span]) -> list[float]:
+    """Each trace's extra retrieval time, read back from its query span's length."""
+    return [
+        round((s.end_ns - s.start_ns) / 1e6 - 3, 2) for s in spans if s.name == "query rag-docs"
+    ]
+
+
+def test_a_preset_gets_numbers_only_and_keeps_what_no_trace_measured() -> None:
+    suggestion = suggest(traffic(), objective=0.95, base=load_preset("genai").budget)
+    text = render(suggestion, extends="genai")
+    assert "\nversion: 1\npreset: genai\n" in text
+    assert "match:" not in text
+    assert "# tools: no trace had a span for it; the preset's 50 / 100 ms stay" in text
+    budget = parse_budget(text).budget
+    assert budget.preset == "genai"
+    assert budget.stage("tools").limit_ms == load_preset("genai").budget.stage("tools").limit_ms
+    assert budget.total_limit_ms >= sum(s.limit_ms for s in budget.stages)
+
+
+def test_no_first_token_no_suggestion() -> None:
+    spans = [s for i in range(3) for s in rag_trace(trace_id=f"{i + 1:032x}", marks=False).spans]
+    with pytest.raises(NoTracesError):
+        suggest(spans, objective=0.95)
+    with pytest.raises(NoTracesError):
+        suggest(spans, objective=0.95, base=load_budget(REPO / "budget.yaml").budget)
+
+
+@pytest.fixture
+def traces_file(tmp_path: Path) -> Path:
+    path = tmp_path / "traces.json"
+    path.write_text(to_otlp_json(traffic(40)))
+    return path
+
+
+def test_cli_prints_a_budget_that_loads(traces_file: Path) -> None:
+    result = CliRunner().invoke(app, ["budget", "suggest", str(traces_file), "--objective", "0.9"])
+    assert result.exit_code == 0, result.output
+    assert parse_budget(result.stdout).budget.slo_objective == 0.9
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--objective", "1.5"], "--objective must be between 0 and 1"),
+        (["--preset", "phoenix"], "unknown preset 'phoenix'"),
+        (["--preset", "genai", "--budget", "budget.yaml"], "not both"),
+    ],
+)
+def test_cli_bad_usage_exits_2(traces_file: Path, args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["budget", "suggest", str(traces_file), *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_check_with_a_preset(traces_file: Path) -> None:
+    result = CliRunner().invoke(app, ["check", str(traces_file), "--preset", "genai"])
+    assert result.exit_code in (0, 1), result.output
+    assert "budget genai-ttft" in result.stdout
+    assert "budget: preset genai" in result.stderr
+    result = CliRunner().invoke(app, ["check", str(traces_file), "--preset", "nope"])
+    assert result.exit_code == 2
+    assert "known: genai" in result.output

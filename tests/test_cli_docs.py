@@ -1,0 +1,65 @@
+"""Every command is documented: in the README, and with an example in its own --help."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from spanbudget.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _name(command: typer.models.CommandInfo) -> str:
+    return command.name or (command.callback.__name__ if command.callback else "")
+
+
+# Every command, groups' commands as "group command".
+COMMANDS = sorted(
+    [_name(command) for command in app.registered_commands]
+    + [
+        f"{group.name} {_name(command)}"
+        for group in app.registered_groups
+        if group.typer_instance
+        for command in group.typer_instance.registered_commands
+    ]
+)
+
+
+def test_every_command_is_registered() -> None:
+    assert (
+        sorted(
+            [
+                "check",
+                "collect",
+                "serve",
+                "ingest",
+                "engine",
+                "loadtest",
+                "report",
+                "demo",
+                "budget init",
+                "budget suggest",
+            ]
+        )
+        == COMMANDS
+    )
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_command_is_in_the_readme_and_has_an_example(name: str) -> None:
+    readme = (REPO / "README.md").read_text()
+    assert f"`spanbudget {name}" in readme
+    result = CliRunner().invoke(app, [*name.split(), "--help"])
+    assert result.exit_code == 0
+    assert "Example" in result.stdout
+    assert f"spanbudget {name}" in result.stdout
+
+
+def test_readme_opens_with_the_two_commands() -> None:
+    head = (REPO / "README.md").read_text()[:1500]
+    assert "make demo" in head
+    assert "make test" in head

@@ -1,0 +1,59 @@
+"""The package's two sides stay apart: `spanbudget.service` (the reference path) and
+`spanbudget.collector` (what measures it) never import each other, and the shared leaf
+modules both use import nothing of spanbudget's (DESIGN: layout)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "spanbudget"  # the shared leaf, and links to the two sides
+LEAVES = ("semconv.py", "serving.py", "telemetry.py")
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, at any depth (function bodies, TYPE_CHECKING blocks)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _offending(side: str, other: str) -> list[str]:
+    found = []
+    for path in sorted((REPO / side).rglob("*.py")):
+        bad = sorted(
+            name
+            for name in _imports(path)
+            if name == f"spanbudget.{other}" or name.startswith(f"spanbudget.{other}.")
+        )
+        found += [f"{path.relative_to(REPO)}: {name}" for name in bad]
+    return found
+
+
+@pytest.mark.parametrize(("side", "other"), [("service", "collector"), ("collector", "service")])
+def test_one_side_never_imports_the_other(side: str, other: str) -> None:
+    assert _offending(side, other) == []
+
+
+@pytest.mark.parametrize("leaf", LEAVES)
+def test_the_shared_leaf_imports_nothing_of_spanbudget(leaf: str) -> None:
+    own = sorted(
+        name
+        for name in _imports(PACKAGE / leaf)
+        if name == "spanbudget" or name.startswith("spanbudget.")
+    )
+    assert own == []
+
+
+def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from spanbudget.collector.check import run\n")
+    assert "spanbudget.collector.check" in _imports(module)
