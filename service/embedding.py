@@ -16,6 +16,8 @@ from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import anyio
 
+from spanbudget.service.errors import ServiceError
+
 __all__ = [
     "RUNTIMES",
     "RUNTIME_NAMES",
@@ -34,7 +36,7 @@ log = logging.getLogger(__name__)
 _fallback_logged = False
 
 
-class EmbeddingUnavailable(RuntimeError):
+class EmbeddingUnavailable(ServiceError, RuntimeError):
     """The model cannot answer any more; the gateway answers 503 and turns unhealthy."""
 
 

@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from spanbudget.service.errors import ServiceError
+
 __all__ = ["GraphUnavailable", "OnnxSentenceModel", "TracedSentenceModel", "padded_groups"]
 
 # Traced and exported on a padded batch, so that the graph keeps the attention mask as an
@@ -54,7 +56,7 @@ _INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 _ONNX_OPSET = 17
 
 
-class GraphUnavailable(RuntimeError):
+class GraphUnavailable(ServiceError, RuntimeError):
     """The transformer could not be compiled, or its graph disagrees with the eager model."""
 
 

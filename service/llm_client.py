@@ -18,6 +18,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 from spanbudget import semconv as shared
 from spanbudget.connections import LendingTransport, read_to_end
 from spanbudget.service import semconv as sc
+from spanbudget.service.errors import ServiceError
 
 __all__ = ["ChatStream", "LLMClient", "StreamEvent", "UpstreamError"]
 
@@ -25,7 +26,7 @@ __all__ = ["ChatStream", "LLMClient", "StreamEvent", "UpstreamError"]
 _MAX_ERROR_BODY = 4096
 
 
-class UpstreamError(Exception):
+class UpstreamError(ServiceError):
     """The LLM server failed; `status_code` is what the gateway should answer with."""
 
     def __init__(

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from spanbudget.service.errors import ServiceError
+
 __all__ = [
     "Chunk",
     "EdgeStore",
@@ -21,7 +23,7 @@ __all__ = [
 ]
 
 
-class StoreError(Exception):
+class StoreError(ServiceError):
     """The vector store failed or is misconfigured."""
 
 

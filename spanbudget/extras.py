@@ -14,6 +14,7 @@ from importlib import metadata
 
 import typer
 
+from spanbudget.errors import SpanbudgetError
 from spanbudget.terminal import print_error
 
 __all__ = [
@@ -29,7 +30,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
 
-class MissingExtra(Exception):
+class MissingExtra(SpanbudgetError):
     """A command needs an extra that is not installed; the message says what to install."""
 
 

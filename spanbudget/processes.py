@@ -17,10 +17,12 @@ from pathlib import Path
 
 import httpx
 
+from spanbudget.errors import SpanbudgetError
+
 __all__ = ["Child", "ChildFailed", "Supervisor"]
 
 
-class ChildFailed(RuntimeError):
+class ChildFailed(SpanbudgetError, RuntimeError):
     """A child exited or did not become healthy in time."""
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING, Any
 
+from spanbudget.errors import SpanbudgetError
+
 if TYPE_CHECKING:
     from starlette.requests import Request
 
@@ -59,7 +61,7 @@ def serve(
     return bool(server.started)
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(SpanbudgetError):
     """A request body over its limit; each server answers it with its own 413."""
 
     def __init__(self, limit: int) -> None:

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from spanbudget.collector.errors import CollectorError
 from spanbudget.collector.spans import AttrValue, SpanKind
 from spanbudget.semconv import (
     GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
@@ -37,7 +38,7 @@ class WhenAbsent(enum.Enum):
     UNMEASURED = "unmeasured"  # it happened out of sight: no ms, total limit reduced
 
 
-class GlobError(ValueError):
+class GlobError(CollectorError, ValueError):
     """A `name` or `service` pattern that is not a valid glob."""
 
 

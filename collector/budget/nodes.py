@@ -10,10 +10,12 @@ from typing import Any
 
 import yaml
 
+from spanbudget.collector.errors import CollectorError
+
 __all__ = ["BudgetError", "NodeChecker", "compose", "construct", "describe"]
 
 
-class BudgetError(ValueError):
+class BudgetError(CollectorError, ValueError):
     """An invalid budget file. `str()` reads `FILE:LINE: FIELD: problem (hint: ...)`."""
 
     def __init__(self, source: str, line: int, field: str, problem: str, hint: str = "") -> None:

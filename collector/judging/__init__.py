@@ -7,13 +7,9 @@ compiler is). `stage_table` compiles the budget's selectors, `verdict` is the ve
 model and `verdict_rules` the rules both forms share (rounding, bands, blame).
 """
 
-from spanbudget.collector.judging.evaluate import (
-    COMPILED,
-    PURE_PYTHON_ENV,
-    Evaluator,
-    Judged,
-    evaluate,
-)
+# The `evaluate` function stays in its module: re-exported here, it would hide the module
+# `judging.evaluate` from `import spanbudget.collector.judging.evaluate`.
+from spanbudget.collector.judging.evaluate import COMPILED, PURE_PYTHON_ENV, Evaluator, Judged
 from spanbudget.collector.judging.verdict import StageResult, Status, Verdict
 
 __all__ = [
@@ -24,5 +20,4 @@ __all__ = [
     "StageResult",
     "Status",
     "Verdict",
-    "evaluate",
 ]

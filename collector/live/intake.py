@@ -16,6 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from spanbudget.collector.errors import CollectorError
 from spanbudget.collector.live.held import HeldSpan, Origin
 from spanbudget.collector.readers import (
     TraceReadError,
@@ -39,7 +40,7 @@ JSON = "application/json"
 _SOURCE = "OTLP request"
 
 
-class IntakeError(Exception):
+class IntakeError(CollectorError):
     """A request the intake refuses: `status` is the HTTP status, `reason` the metric label."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:

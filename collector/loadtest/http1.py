@@ -25,12 +25,14 @@ from urllib.parse import urlsplit
 
 import h11
 
+from spanbudget.collector.errors import CollectorError
+
 __all__ = ["HTTPError", "Response", "StreamingClient", "sse_data"]
 
 READ_SIZE = 65536
 
 
-class HTTPError(Exception):
+class HTTPError(CollectorError):
     """The server broke the protocol or the connection."""
 
 

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from spanbudget.collector.budget.model import Budget
+from spanbudget.collector.errors import CollectorError
 from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord
 from spanbudget.collector.loadtest.files import (
     REPORT_JSON,
@@ -52,7 +53,7 @@ __all__ = [
 EXIT_OK, EXIT_BREACHED, EXIT_FAILED = 0, 1, 2
 
 
-class RunFailed(RuntimeError):
+class RunFailed(CollectorError, RuntimeError):
     """The run itself failed (target unreachable, nothing answered, no verdicts)."""
 
 

@@ -11,13 +11,14 @@ from typing import Any
 
 import httpx
 
+from spanbudget.collector.errors import CollectorError
 from spanbudget.collector.judging.verdict import Verdict
 from spanbudget.collector.links import MAX_LIST
 
 __all__ = ["CollectorUnavailable", "wait_for_verdicts"]
 
 
-class CollectorUnavailable(RuntimeError):
+class CollectorUnavailable(CollectorError, RuntimeError):
     """The collector could not be asked at all."""
 
 

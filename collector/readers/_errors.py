@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from spanbudget.collector.errors import CollectorError
+
 __all__ = ["TraceReadError"]
 
 
-class TraceReadError(Exception):
+class TraceReadError(CollectorError):
     """Trace input that cannot be read: a file, a byte string or a Jaeger URL.
 
     `source` names the input (file name or URL), `message` says what is wrong with it;

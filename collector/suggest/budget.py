@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from spanbudget.collector.budget.loader import parse_budget
 from spanbudget.collector.budget.model import DEFAULT_FIRST_TOKEN, Budget, Stage, WhenAbsent
 from spanbudget.collector.budget.render import number, render_mark, render_selector, scalar
+from spanbudget.collector.errors import CollectorError
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.spans import Span, group_by_trace
@@ -40,7 +41,7 @@ MIN_MS = 0.1  # the smallest number suggested: a stage never above 0 ms still ne
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class NoTracesError(ValueError):
+class NoTracesError(CollectorError, ValueError):
     """No trace had a first token and a matching stage: there is nothing to learn from."""
 
 

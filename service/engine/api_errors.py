@@ -6,11 +6,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from spanbudget.service.engine.protocol import ErrorInfo, ErrorResponse, RequestParameterError
+from spanbudget.service.errors import ServiceError
 
 __all__ = ["ApiError", "error_response", "validation_error"]
 
 
-class ApiError(Exception):
+class ApiError(ServiceError):
     """A request the emulator refuses or fails; the app answers it with `error_response`."""
 
     def __init__(

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from spanbudget.service.engine.core_priority import CorePriority, request_core_priority
 from spanbudget.service.engine.scheduler import Scheduler, SchedulerStats, Sequence, TokenEvent
+from spanbudget.service.errors import ServiceError
 
 __all__ = [
     "EngineDead",
@@ -39,7 +40,7 @@ def _sleep_until(deadline: float) -> None:
         time.sleep(remaining)
 
 
-class EngineDead(RuntimeError):
+class EngineDead(ServiceError, RuntimeError):
     """The engine core has stopped: no request in flight or to come can be served."""
 
 

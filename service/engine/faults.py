@@ -11,6 +11,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from spanbudget.service.errors import ServiceError
 from spanbudget.service.faults import DELAY_HEADER, parse_delay_header
 
 __all__ = [
@@ -27,7 +28,7 @@ __all__ = [
 ENGINE_DELAY_KEYS = ("queue", "prefill")
 
 
-class FaultError(ValueError):
+class FaultError(ServiceError, ValueError):
     """A fault setting that cannot be understood (the CLI turns it into a usage error)."""
 
 

@@ -10,12 +10,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from spanbudget.service.errors import ServiceError
+
 __all__ = ["DEFAULT_PRESET", "PRESETS", "Preset", "PresetError", "get_preset", "preset_parameters"]
 
 _GB = 1e9
 
 
-class PresetError(ValueError):
+class PresetError(ServiceError, ValueError):
     """An unknown preset name or an override that names no field or has a bad value."""
 
 

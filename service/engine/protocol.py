@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from spanbudget.service.errors import ServiceError
+
 __all__ = [
     "SSE_DONE",
     "VLLM_VERSION",
@@ -104,7 +106,7 @@ class TokenChunkEncoder:
 
 
 # -- requests ---------------------------------------------------------------------------
-class RequestParameterError(ValueError):
+class RequestParameterError(ServiceError, ValueError):
     """A request that parses but is not allowed; `parameter` names the field to change.
 
     Raised inside request validation, so it reaches the client as a 400 with `param` set,

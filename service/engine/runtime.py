@@ -31,11 +31,12 @@ from spanbudget.service.engine.perf_model import PerfModel
 from spanbudget.service.engine.presets import Preset
 from spanbudget.service.engine.scheduler import RequestTimings, Scheduler, Sequence, TokenEvent
 from spanbudget.service.engine.tracing import RequestSpanInfo, RequestTracer
+from spanbudget.service.errors import ServiceError
 
 __all__ = ["ArrivalTime", "EngineRuntime", "PreparedRequest", "PromptTooLong", "RequestStream"]
 
 
-class PromptTooLong(ValueError):
+class PromptTooLong(ServiceError, ValueError):
     """The prompt plus its output cannot fit the model's context or the KV cache."""
 
 

@@ -19,13 +19,14 @@ from spanbudget.service.engine.api_errors import ApiError
 from spanbudget.service.engine.engine_loop import EngineDead
 from spanbudget.service.engine.protocol import SSE_DONE, TokenChunkEncoder
 from spanbudget.service.engine.runtime import RequestStream
+from spanbudget.service.errors import ServiceError
 
 __all__ = ["StreamDropped", "collect_tokens", "quiet_deliberate_cuts", "stream_tokens"]
 
 log = logging.getLogger("spanbudget.engine")
 
 
-class StreamDropped(RuntimeError):
+class StreamDropped(ServiceError, RuntimeError):
     """Raised inside a response body to cut the connection, as an injected fault."""
 
 

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 
 import jwt
 
+from spanbudget.service.errors import ServiceError
+
 __all__ = ["AuthError", "Authenticator", "Principal", "key_id"]
 
 
-class AuthError(Exception):
+class AuthError(ServiceError):
     """The request is not authenticated; `challenge` goes into `WWW-Authenticate`."""
 
     def __init__(self, message: str, error: str = "invalid_token") -> None:

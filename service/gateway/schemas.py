@@ -9,10 +9,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from spanbudget.service.errors import ServiceError
+
 __all__ = ["ChatMessage", "ChatRequest", "GatewayError", "error_body", "parse_chat_request"]
 
 
-class GatewayError(Exception):
+class GatewayError(ServiceError):
     """A request the gateway refuses; becomes `{"error": {...}}` with `status_code`."""
 
     def __init__(

@@ -19,8 +19,9 @@ import pytest
 
 from spanbudget.collector.loadtest.files import read_results
 from spanbudget.processes import Supervisor
-from spanbudget.stack import Stack, spanbudget_command
+from spanbudget.stack import spanbudget_command
 from tests.support.servers import free_port
+from tests.support.stack import local_stack
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {"HF_HUB_OFFLINE": "1", "OTEL_BSP_SCHEDULE_DELAY": "200", "PYTHONUNBUFFERED": "1"}
@@ -59,16 +60,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         env={**os.environ, **env},
         cwd=REPO,
     )
-    spec = Stack(
-        data_dir=data,
-        budget=REPO / "budget.yaml",
-        collector=f"127.0.0.1:{free_port()}",
-        engine=f"127.0.0.1:{free_port()}",
-        gateway=f"127.0.0.1:{free_port()}",
-        decision_wait="0.5s",
-        logs=root,
-        env=env,
-    )
+    spec = local_stack(data, root, env)
     collector = spec.collector_url
     children = spec.children()
     supervisor = Supervisor()

@@ -11,12 +11,14 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from spanbudget.collector.errors import CollectorError
+
 __all__ = ["UnknownPresetError", "preset_names", "preset_path"]
 
 _SUFFIX = ".yaml"
 
 
-class UnknownPresetError(KeyError):
+class UnknownPresetError(CollectorError, KeyError):
     """A preset name that is not shipped; `str()` lists the known ones."""
 
     def __init__(self, name: str) -> None:

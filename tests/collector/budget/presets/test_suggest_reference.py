@@ -24,9 +24,10 @@ from spanbudget.cli import app
 from spanbudget.collector.budget.loader import parse_budget
 from spanbudget.collector.spans import Span, group_by_trace
 from spanbudget.processes import Supervisor
-from spanbudget.stack import Stack, spanbudget_command
+from spanbudget.stack import spanbudget_command
 from tests.collector.budget.presets.conftest import Receiver
-from tests.support.servers import ServerThread, free_port, wait_until
+from tests.support.servers import ServerThread, wait_until
+from tests.support.stack import local_stack
 
 pytestmark = pytest.mark.slow
 
@@ -63,17 +64,7 @@ def reference_run(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRun:
     )  # fmt: skip
     receiver = Receiver()
     with ServerThread(receiver.app) as forward_to:
-        spec = Stack(
-            data_dir=data,
-            budget=REPO / "budget.yaml",
-            collector=f"127.0.0.1:{free_port()}",
-            engine=f"127.0.0.1:{free_port()}",
-            gateway=f"127.0.0.1:{free_port()}",
-            decision_wait="0.5s",
-            logs=root,
-            env=ENV,
-            collector_args=("--forward-otlp", forward_to.url),
-        )
+        spec = local_stack(data, root, ENV, ("--forward-otlp", forward_to.url))
         collector = spec.collector_url
         budget = str(spec.budget)
         children = spec.children()

@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from spanbudget.processes import Supervisor
-from spanbudget.stack import Stack, spanbudget_command
+from spanbudget.stack import spanbudget_command
 from tests.collector.live.ui.browser import Browser, install_playwright_core
-from tests.support.servers import free_port, wait_until
+from tests.support.servers import wait_until
+from tests.support.stack import local_stack
 
 REPO = Path(__file__).resolve().parents[4]
 BROWSER_FOLDER = REPO / ".browser"  # gitignored: playwright-core from npm
@@ -86,17 +87,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
         env=env,
         cwd=REPO,
     )
-    spec = Stack(
-        data_dir=data,
-        budget=REPO / "budget.yaml",
-        collector=f"127.0.0.1:{free_port()}",
-        engine=f"127.0.0.1:{free_port()}",
-        gateway=f"127.0.0.1:{free_port()}",
-        decision_wait="0.5s",
-        logs=root,
-        env=ENV,
-        collector_args=("--alert-window-scale", "0.01", "--jaeger-ui", JAEGER_UI),
-    )
+    spec = local_stack(data, root, ENV, ("--alert-window-scale", "0.01", "--jaeger-ui", JAEGER_UI))
     collector = spec.collector_url
     children = spec.children()
     supervisor = Supervisor()
