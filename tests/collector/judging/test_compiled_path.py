@@ -190,7 +190,7 @@ def test_what_it_cannot_hold_in_64_bits_is_handed_back(case: str) -> None:
     from spanbudget.collector.judging._judge import HANDBACK
 
     spans = HANDED_BACK[case]
-    assert compiled_judge(Evaluator(BUDGET)).judge(spans, NOW) is HANDBACK  # type: ignore[attr-defined]
+    assert compiled_judge(Evaluator(BUDGET, compiled=True)).judge(spans, NOW) is HANDBACK  # type: ignore[attr-defined]
     assert_same(paths(BUDGET), spans)
 
 
@@ -201,13 +201,13 @@ def test_a_time_that_is_not_an_int_is_not_truncated_but_handed_back() -> None:
     from spanbudget.collector.judging._judge import HANDBACK
 
     spans = [dataclasses.replace(_trace(0)[0], start_ns=0.6), _trace(0)[1]]  # type: ignore[arg-type]
-    assert compiled_judge(Evaluator(BUDGET)).judge(spans, NOW) is HANDBACK  # type: ignore[attr-defined]
+    assert compiled_judge(Evaluator(BUDGET, compiled=True)).judge(spans, NOW) is HANDBACK  # type: ignore[attr-defined]
 
 
 @needs_compiled
 def test_times_just_inside_the_limit_are_judged_there() -> None:
     spans = _trace(2**62 - 10**12)
-    judged = compiled_judge(Evaluator(BUDGET)).judge(spans, NOW)  # type: ignore[attr-defined]
+    judged = compiled_judge(Evaluator(BUDGET, compiled=True)).judge(spans, NOW)  # type: ignore[attr-defined]
     assert isinstance(judged, Judged)
     assert judged.verdict.ttft_ms == 100.0
     assert_same(paths(BUDGET), spans)
