@@ -33,7 +33,6 @@ import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
-from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.table import Table
 
@@ -41,11 +40,8 @@ from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.evaluate import COMPILED, Evaluator
 from spanbudget.collector.live.api import create_app
 from spanbudget.collector.live.gc_settings import tune_for_throughput
-from spanbudget.collector.live.metrics import CollectorMetrics
-from spanbudget.collector.live.pipeline import Pipeline
+from spanbudget.collector.live.pipeline import Pipeline, assemble
 from spanbudget.collector.live.settings import CollectorSettings
-from spanbudget.collector.live.span_store import SpanStore
-from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.readers import spans_from_otlp
 from spanbudget.collector.spans import Span
 from tests.support.otlp import to_request
@@ -86,28 +82,22 @@ def timed(run: Callable[[], object]) -> float:
 def build_pipeline(
     db: Path, spans: int, *, keep_spans: bool = False, compiled: bool | None = None
 ) -> Pipeline:
+    """The collector as `spanbudget collect` assembles it, without the alert rules; its
+    queue and buffer hold the whole run, and it keeps spans only when asked."""
     settings = CollectorSettings(
         db_path=db,
         budget_path=REPO / "budget.yaml",
         decision_wait_seconds=0.0,
         intake_queue_spans=spans + 1,
         max_traces=spans,
+        retention_seconds=86400,
+        retention_count=10_000_000,
+        span_retention_count=100_000 if keep_spans else 0,
     )
-    store = VerdictStore(db, retention_seconds=86400, retention_count=10_000_000)
-    kept = None
-    if keep_spans:  # what `spanbudget collect` does by default, for the web UI's waterfall
-        kept = SpanStore(
-            settings.spans_path,
-            retention_seconds=settings.retention_seconds,
-            max_traces=settings.span_retention_count,
-            max_bytes=settings.span_retention_bytes,
-        )
-    pipeline = Pipeline(
+    pipeline = assemble(
         settings,
-        load_budget(settings.budget_path).budget,
-        metrics=CollectorMetrics(CollectorRegistry()),
-        store=store,
-        spans=kept,
+        load_budget(REPO / "budget.yaml").budget,
+        alerts=False,
         make_evaluator=partial(Evaluator, compiled=compiled),
     )
     pipeline.start()
@@ -151,8 +141,8 @@ def main() -> None:
         def in_process(pipeline: Pipeline, bodies: list[bytes] = payloads) -> None:
             for body in bodies:
                 batch = pipeline.decode(body, content_type=PROTOBUF, content_encoding=None)
-                assert pipeline.offer(batch)
-            assert pipeline.wait_idle(600)
+                assert pipeline.core.offer(batch.spans)
+            assert pipeline.core.wait_idle(600)
 
         pipeline = build_pipeline(Path(tmp) / "g.db", spans)
         rows.append(
@@ -208,7 +198,7 @@ def main() -> None:
                         "/v1/traces", content=body, headers={"Content-Type": PROTOBUF}
                     )
                     assert response.status_code == 200, response.status_code
-                assert pipeline.wait_idle(600)
+                assert pipeline.core.wait_idle(600)
 
             rows.append(("full pipeline, over HTTP", timed(over_http)))
         judged_b = stored(pipeline)

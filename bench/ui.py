@@ -31,17 +31,14 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import httpx
 from bench_summary import record
-from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.table import Table
 
-from spanbudget.collector.alerts.engine import AlertEngine
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Verdict
 from spanbudget.collector.live.api import create_app
-from spanbudget.collector.live.metrics import CollectorMetrics
-from spanbudget.collector.live.pipeline import Pipeline
+from spanbudget.collector.live.pipeline import assemble
 from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.live.span_store import SpanStore
 from spanbudget.collector.live.store import VerdictStore
@@ -132,22 +129,17 @@ def main() -> None:
             f"({db.stat().st_size / 1e6:.0f} MB); load {os.getloadavg()[0]:.2f}"
         )
         settings = CollectorSettings(
-            db_path=db, spans_db_path=spans_db, budget_path=REPO / "budget.yaml"
+            db_path=db,
+            spans_db_path=spans_db,
+            budget_path=REPO / "budget.yaml",
+            retention_count=10_000_000,
+            span_retention_count=SPAN_TRACES,
+            span_retention_bytes=10**9,
         )
-        budget = load_budget(REPO / "budget.yaml").budget
-        store = VerdictStore(db, retention_seconds=7 * 86400, retention_count=10_000_000)
-        spans = SpanStore(
-            spans_db, retention_seconds=7 * 86400, max_traces=SPAN_TRACES, max_bytes=10**9
-        )
-        pipeline = Pipeline(
-            settings,
-            budget,
-            metrics=CollectorMetrics(CollectorRegistry()),
-            store=store,
-            spans=spans,
-        )  # not started: nothing writes while we measure
-        alerts = AlertEngine(budget, lambda alert: None)
-        app = create_app(pipeline, alerts=alerts)
+        # As `spanbudget collect` assembles it (alert rules too), not started: nothing
+        # writes while we measure.
+        pipeline = assemble(settings, load_budget(REPO / "budget.yaml").budget)
+        app = create_app(pipeline)
         rows: list[tuple[str, str, list[float]]] = []
         with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
             rows.append(
@@ -177,7 +169,6 @@ def main() -> None:
                 rows.append((name, path, timed(client, path, repeat)))
             rows.append(("floor: /healthz", "/healthz", timed(client, "/healthz", args.repeat)))
         pipeline.close()
-        alerts.close()
     overview = statistics.median(rows[1][2])
     table = Table(title=f"web UI with {args.verdicts:,} verdicts (HTTP on 127.0.0.1, ms)")
     for column in ("page", "requests", "median", "p95", "max", "÷ overview"):

@@ -60,3 +60,47 @@ def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from spanbudget.collector.check import run\n")
     assert "spanbudget.collector.check" in _imports(module)
+
+
+# The collector's rooms from the bottom up: a room imports only from rooms below it, so no
+# arrow runs back up and the rooms can be read in this order. The web UI's run page (live)
+# renders the load tester's per-stage report; the load tester reaches the collector over
+# HTTP only.
+COLLECTOR_LAYERS = (
+    {"errors", "spans", "semconv", "durations", "links"},
+    {"budget", "readers"},
+    {"judging"},
+    {"stats"},
+    {"check", "suggest", "alerts", "loadtest"},
+    {"live"},
+    {"cli"},
+)
+
+
+def _room_imports() -> dict[str, set[str]]:
+    """For each room of the collector (a package or a top-level module), the other rooms
+    it imports."""
+    rooms: dict[str, set[str]] = {}
+    for path in sorted((REPO / "collector").rglob("*.py")):
+        room = path.relative_to(REPO / "collector").parts[0].removesuffix(".py")
+        imported = rooms.setdefault(room, set())
+        for name in _imports(path):
+            if name.startswith("spanbudget.collector."):
+                other = name.split(".")[2]
+                if other != room:
+                    imported.add(other)
+    rooms.pop("__init__", None)
+    return rooms
+
+
+def test_every_collector_room_imports_only_rooms_below_it() -> None:
+    level = {room: n for n, layer in enumerate(COLLECTOR_LAYERS) for room in layer}
+    rooms = _room_imports()
+    assert set(rooms) == set(level), "a room is missing from COLLECTOR_LAYERS"
+    upward = sorted(
+        f"{room} -> {other}"
+        for room, imported in rooms.items()
+        for other in imported
+        if level[other] >= level[room]
+    )
+    assert upward == []

@@ -12,7 +12,7 @@ class AlertsSink:
     """The burn-rate alert engine as a sink: each step's verdicts feed its windows, and a
     budget the core switched to restarts them (`AlertEngine.set_budget`), so that the core
     stays the one owner of the current budget. The engine's timer and its dispatcher are
-    started and closed by whoever built them (`alerts.wiring.Alerting`)."""
+    started and closed with the collector (`pipeline.Pipeline`)."""
 
     name = "alerts"
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from spanbudget.collector.alerts.engine import AlertEngine, RuleState
+from spanbudget.collector.alerts.engine import RuleState
 from spanbudget.collector.durations import parse_since
 from spanbudget.collector.judging.verdict import Status
 from spanbudget.collector.links import MAX_LIST
@@ -37,8 +37,9 @@ _TRACE_ID = re.compile(r"[0-9a-fA-F]{32}\Z")
 _RPC_CODES = {400: 3, 401: 16, 413: 3, 415: 3, 503: 14}
 
 
-def create_app(pipeline: Pipeline, *, alerts: AlertEngine | None = None) -> FastAPI:
-    """The app for one pipeline (and its alert rules); the caller starts and closes them."""
+def create_app(pipeline: Pipeline) -> FastAPI:
+    """The app for one pipeline (and its alert rules); the caller starts and closes it."""
+    alerts = pipeline.alerts
     settings = pipeline.settings
     metrics = pipeline.metrics
     store = pipeline.store
@@ -89,7 +90,7 @@ def create_app(pipeline: Pipeline, *, alerts: AlertEngine | None = None) -> Fast
                 ),
                 as_json,
             )
-        if not pipeline.offer(batch):
+        if not pipeline.core.offer(batch.spans):
             metrics.spans_rejected.labels("queue_full").inc(len(batch.spans))
             return refuse(
                 IntakeError(503, "queue_full", "intake queue full, retry later"),
@@ -135,7 +136,7 @@ def create_app(pipeline: Pipeline, *, alerts: AlertEngine | None = None) -> Fast
     @app.get("/api/summary")
     def summary(since: str | None = None, run_id: str | None = None) -> dict[str, Any]:
         result = store.summary(since=_since(since), run_id=run_id)
-        result["budget"] = pipeline.budget.name
+        result["budget"] = pipeline.core.budget.name
         return result
 
     @app.get("/api/alerts")
@@ -164,12 +165,12 @@ def create_app(pipeline: Pipeline, *, alerts: AlertEngine | None = None) -> Fast
 
     @app.get("/readyz")
     def readyz() -> JSONResponse:
-        ready = pipeline.ready()
+        ready = pipeline.core.ready()
         return JSONResponse(
             {"status": "ready" if ready else "not ready"}, status_code=200 if ready else 503
         )
 
-    app.include_router(ui_router(pipeline, alerts=alerts))  # the web UI: /, /traces, /runs
+    app.include_router(ui_router(pipeline))  # the web UI: /, /traces, /runs
     return app
 
 

@@ -1,7 +1,8 @@
 """`spanbudget collect`: the live budget collector on one listener (DESIGN §7).
 
-The composition root of `collector.live`: settings, store, metrics, forwarder, alerts,
-the pipeline, the HTTP app, and signals (SIGHUP reloads the budget, SIGINT/SIGTERM stop).
+Options to settings, the budget file loaded once, the collector assembled from both
+(`pipeline.assemble`), its HTTP app served, and signals (SIGHUP reloads the budget,
+SIGINT/SIGTERM stop).
 """
 
 from __future__ import annotations
@@ -187,21 +188,12 @@ def _problems(exc: Any, given: dict[str, Any]) -> str:
 
 def run(settings: Any) -> int:
     """Run the collector until SIGINT/SIGTERM; return the exit code."""
-    from prometheus_client import CollectorRegistry
-
-    from spanbudget.collector.alerts.engine import AlertSettings
-    from spanbudget.collector.alerts.wiring import build_alerting
     from spanbudget.collector.budget.loader import BudgetError, load_budget
     from spanbudget.collector.budget.source import find_budget
     from spanbudget.collector.judging.evaluate import COMPILED
-    from spanbudget.collector.live.alerting import AlertsSink
     from spanbudget.collector.live.api import create_app
-    from spanbudget.collector.live.forward import Forwarder
     from spanbudget.collector.live.gc_settings import tune_for_throughput
-    from spanbudget.collector.live.metrics import CollectorMetrics
-    from spanbudget.collector.live.pipeline import Pipeline
-    from spanbudget.collector.live.span_store import SpanStore
-    from spanbudget.collector.live.store import VerdictStore
+    from spanbudget.collector.live.pipeline import assemble
     from spanbudget.serving import parse_listen, serve
 
     source = find_budget(settings.budget_path)
@@ -213,51 +205,19 @@ def run(settings: Any) -> int:
         return 2
     for warning in loaded.warnings:
         log.warning("budget: %s", warning)
-    metrics = CollectorMetrics(CollectorRegistry())
-    store = VerdictStore(
-        settings.db_path,
-        retention_seconds=settings.retention_seconds,
-        retention_count=settings.retention_count,
-    )
-    forwarder = Forwarder.from_settings(settings, metrics)
-    host, port = parse_listen(settings.listen)
-    alerting = build_alerting(
-        loaded.budget,
-        AlertSettings(
-            window_scale=settings.alert_window_scale,
-            min_judged=settings.alert_min_traces,
-            min_overruns=settings.alert_min_overruns,
-            resend_s=settings.alert_resend_seconds,
-            ui_url=settings.public_url or f"http://{host}:{port}",
-            jaeger_ui=settings.jaeger_ui or "",
-        ),
-        alertmanager=settings.alertmanager,
-        webhook=settings.webhook,
-        on_failure=lambda sink: metrics.export_failures.labels(sink).inc(),
-    )
-    pipeline = Pipeline(
-        settings,
-        loaded.budget,
-        metrics=metrics,
-        store=store,
-        forwarder=forwarder,
-        sinks=[AlertsSink(alerting.engine)],
-        spans=SpanStore.from_settings(settings),
-    )
+    pipeline = assemble(settings, loaded.budget)
     pipeline.start()
-    alerting.start()
 
     def reload(_signum: int, _frame: object) -> None:
         # Off the signal frame: loading YAML there could interrupt the event loop mid-step.
-        # The pipeline's core owns the budget; the alert engine follows it.
         threading.Thread(target=pipeline.reload_budget, args=(source.path,), daemon=True).start()
 
     signal.signal(signal.SIGHUP, reload)
+    forwarder = pipeline.forwarder
     log.info(
         "spanbudget collector listening on http://%s:%d (budget %r from %s, store %s,"
         " decision wait %gs, %s evaluator%s)",
-        host,
-        port,
+        *parse_listen(settings.listen),
         loaded.budget.name,
         source.path,
         settings.db_path,
@@ -270,10 +230,9 @@ def run(settings: Any) -> int:
     tune_for_throughput()
     started = False
     try:
-        started = serve(create_app(pipeline, alerts=alerting.engine), settings.listen)
+        started = serve(create_app(pipeline), settings.listen)
     finally:
         log.info("shutting down: judging buffered traces, draining the forwarder")
         pipeline.close()
-        alerting.close()
         log.info("collector stopped")
     return 0 if started else 1

@@ -1,6 +1,15 @@
-"""The live collector behind its HTTP app: OTLP intake feeds one judging core, whose sinks
-are the verdict store, the metrics, forwarding when asked for, and any others given (the
-alerts). Nothing here blocks the request path.
+"""The live collector, assembled in one place.
+
+`assemble` reads the settings once and builds every part: the OTLP intake's limits, the
+tail-based assembly, the judging core and the core's sinks, in the order they get each
+step — the verdict store, the metrics, the kept spans, any sinks a caller adds, the
+burn-rate alerts, then the forwarder. A span's way through it: `api` (POST /v1/traces) →
+`Pipeline.decode` (`intake.decode_export`) → `JudgingCore.offer` → `assembly.Assembly` →
+`judging.evaluate.Evaluator` → the sinks. Nothing here blocks the request path.
+
+The HTTP app (`api.create_app`) serves a `Pipeline`; `spanbudget collect` (`cli.run`)
+starts and closes one. What only passes a call on is not wrapped: callers reach
+`pipeline.core` (offer, ready, wait_idle, the current budget) directly.
 """
 
 from __future__ import annotations
@@ -8,11 +17,23 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
+from spanbudget.collector.alerts.engine import AlertEngine, AlertSettings
+from spanbudget.collector.alerts.sinks import (
+    AlertmanagerSink,
+    AlertSink,
+    Dispatcher,
+    LogSink,
+    WebhookSink,
+)
 from spanbudget.collector.budget.loader import BudgetError, load_budget
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.evaluate import Evaluator
+from spanbudget.collector.live.alerting import AlertsSink
 from spanbudget.collector.live.assembly import Assembly
 from spanbudget.collector.live.core import JudgingCore
 from spanbudget.collector.live.forward import Forwarder
@@ -23,74 +44,23 @@ from spanbudget.collector.live.sinks import VerdictSink
 from spanbudget.collector.live.span_store import SpanSink, SpanStore
 from spanbudget.collector.live.store import StoreSink, VerdictStore
 
-__all__ = ["Pipeline"]
+__all__ = ["Pipeline", "assemble"]
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class Pipeline:
-    """The collector's judging core, bounded by its settings, with its sinks in the order
-    they get each step: the store, the metrics, `sinks`, then the forwarder.
+    """One assembled collector: its judging core and the parts the HTTP app reads."""
 
-    Traces already in the store count as decided, so a straggler of a trace judged before
-    a restart is a late span, not a second judgement, forwarded if its trace was.
-    """
-
-    def __init__(
-        self,
-        settings: CollectorSettings,
-        budget: Budget,
-        *,
-        metrics: CollectorMetrics,
-        store: VerdictStore,
-        forwarder: Forwarder | None = None,
-        sinks: Sequence[VerdictSink] = (),
-        spans: SpanStore | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        make_evaluator: Callable[[Budget], Evaluator] = Evaluator,
-    ) -> None:
-        self.settings = settings
-        self.metrics = metrics
-        self.store = store
-        self.spans = spans  # the judged traces' spans, for the web UI's trace page
-        self._forwards = forwarder is not None
-        assembly = Assembly(
-            decision_wait=settings.decision_wait_seconds,
-            max_age=settings.max_trace_age_seconds,
-            max_traces=settings.max_traces,
-            max_spans_per_trace=settings.max_spans_per_trace,
-            decided_memory=settings.decided_memory,
-            max_spans=settings.max_buffered_spans,
-        )
-        self.core = JudgingCore(
-            budget,
-            [
-                StoreSink(store),
-                MetricsSink(metrics),
-                *([SpanSink(spans, metrics)] if spans is not None else []),
-                *sinks,
-                *([forwarder] if forwarder else []),
-            ],
-            assembly=assembly,
-            metrics=metrics,
-            max_queue_spans=settings.intake_queue_spans,
-            clock=clock,
-            make_evaluator=make_evaluator,
-        )
-        recent = store.recent_statuses(settings.decided_memory)
-        self.core.remember(trace_id for trace_id, _ in recent)
-        if forwarder is not None:  # so that late spans of kept traces follow them
-            forwarder.policy.remember(recent)
-
-    @property
-    def budget(self) -> Budget:
-        return self.core.budget
-
-    def start(self) -> None:
-        self.core.start()
-
-    def ready(self) -> bool:
-        return self.core.ready()
+    settings: CollectorSettings
+    core: JudgingCore
+    metrics: CollectorMetrics
+    store: VerdictStore
+    spans: SpanStore | None  # the judged traces' spans, for the web UI's trace page
+    alerts: AlertEngine | None  # the burn-rate rules, None without them
+    dispatcher: Dispatcher | None  # sends the rules' alerts to the log, Alertmanager, a webhook
+    forwarder: Forwarder | None
 
     def decode(
         self, body: bytes, *, content_type: str | None, content_encoding: str | None
@@ -103,20 +73,23 @@ class Pipeline:
             content_encoding=content_encoding,
             max_body_bytes=self.settings.max_body_bytes,
             max_span_bytes=self.settings.max_span_bytes,
-            originals=self._forwards,
+            originals=self.forwarder is not None,
         )
 
-    def offer(self, batch: Batch) -> bool:
-        """Queue a decoded request for the worker; False when the queue is full or closing."""
-        return self.core.offer(batch.spans)
+    def start(self) -> None:
+        """Start the core's worker, then the alert rules' timer."""
+        self.core.start()
+        if self.alerts is not None:
+            self.alerts.start()
 
     def reload_budget(self, path: Path) -> bool:
-        """Validate `path` and switch to it; on error keep the current budget. Logs which."""
+        """Validate `path` and switch to it; on error keep the current budget. Logs which.
+        The core owns the budget; the alert rules follow it with the next step."""
         try:
             loaded = load_budget(path)
         except (BudgetError, OSError) as exc:
             self.metrics.budget_reloads.labels("error").inc()
-            log.error("budget reload failed, keeping %r: %s", self.budget.name, exc)
+            log.error("budget reload failed, keeping %r: %s", self.core.budget.name, exc)
             return False
         for warning in loaded.warnings:
             log.warning("budget %s: %s", path, warning)
@@ -125,11 +98,92 @@ class Pipeline:
         log.info("budget reloaded from %s: %r", path, loaded.budget.name)
         return True
 
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait until every queued span is assembled and no trace is held (tests, benches)."""
-        return self.core.wait_idle(timeout)
-
     def close(self) -> None:
-        """Refuse new spans, judge everything held now, then close the sinks: the stores
-        close, the forwarder drains for up to `shutdown_drain_seconds`."""
+        """Refuse new spans, judge everything held now, close the sinks (the stores close,
+        the forwarder drains for up to `shutdown_drain_seconds`), then the alerts."""
         self.core.close()
+        if self.alerts is not None:
+            self.alerts.close()
+        if self.dispatcher is not None:
+            self.dispatcher.close()
+
+
+def assemble(
+    settings: CollectorSettings,
+    budget: Budget,
+    *,
+    registry: CollectorRegistry | None = None,
+    alerts: bool = True,
+    sinks: Sequence[VerdictSink] = (),
+    clock: Callable[[], float] = time.monotonic,
+    make_evaluator: Callable[[Budget], Evaluator] = Evaluator,
+) -> Pipeline:
+    """The collector `settings` describe, judging against `budget`; not started.
+
+    `alerts=False` leaves the burn-rate rules out (no `/api/alerts`); `sinks` are extra
+    verdict sinks (tests, benches) placed before the alerts and the forwarder.
+
+    Traces already in the store count as decided, so a straggler of a trace judged before
+    a restart is a late span, not a second judgement, forwarded if its trace was.
+    """
+    metrics = CollectorMetrics(registry or CollectorRegistry())
+    store = VerdictStore(
+        settings.db_path,
+        retention_seconds=settings.retention_seconds,
+        retention_count=settings.retention_count,
+    )
+    spans = SpanStore.from_settings(settings)
+    forwarder = Forwarder.from_settings(settings, metrics)
+    engine = dispatcher = None
+    if alerts:  # the log always; Alertmanager and the webhook when their URLs are given
+        alert_sinks: list[AlertSink] = [LogSink()]
+        if settings.alertmanager:
+            alert_sinks.append(
+                AlertmanagerSink(settings.alertmanager, resend_s=settings.alert_resend_seconds)
+            )
+        if settings.webhook:
+            alert_sinks.append(WebhookSink(settings.webhook))
+        dispatcher = Dispatcher(
+            alert_sinks, on_failure=lambda sink: metrics.export_failures.labels(sink).inc()
+        )
+        engine = AlertEngine(
+            budget,
+            dispatcher.send,
+            AlertSettings(
+                window_scale=settings.alert_window_scale,
+                min_judged=settings.alert_min_traces,
+                min_overruns=settings.alert_min_overruns,
+                resend_s=settings.alert_resend_seconds,
+                tick_s=settings.alert_tick_seconds,
+                ui_url=settings.public_base_url,
+                jaeger_ui=settings.jaeger_ui or "",
+            ),
+        )
+    core = JudgingCore(
+        budget,
+        [
+            StoreSink(store),
+            MetricsSink(metrics),
+            *([SpanSink(spans, metrics)] if spans is not None else []),
+            *sinks,
+            *([AlertsSink(engine)] if engine is not None else []),
+            *([forwarder] if forwarder is not None else []),
+        ],
+        assembly=Assembly(
+            decision_wait=settings.decision_wait_seconds,
+            max_age=settings.max_trace_age_seconds,
+            max_traces=settings.max_traces,
+            max_spans_per_trace=settings.max_spans_per_trace,
+            decided_memory=settings.decided_memory,
+            max_spans=settings.max_buffered_spans,
+        ),
+        metrics=metrics,
+        max_queue_spans=settings.intake_queue_spans,
+        clock=clock,
+        make_evaluator=make_evaluator,
+    )
+    recent = store.recent_statuses(settings.decided_memory)
+    core.remember(trace_id for trace_id, _ in recent)
+    if forwarder is not None:  # so that late spans of kept traces follow them
+        forwarder.policy.remember(recent)
+    return Pipeline(settings, core, metrics, store, spans, engine, dispatcher, forwarder)

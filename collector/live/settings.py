@@ -35,6 +35,7 @@ class CollectorSettings(BaseSettings):
     alert_min_traces: int = Field(default=10, ge=1)  # judged traces in each of a rule's windows
     alert_min_overruns: int = Field(default=5, ge=1)  # traces over the limit in each window
     alert_resend_seconds: float = Field(default=60.0, gt=0)
+    alert_tick_seconds: float = Field(default=1.0, gt=0)  # rules evaluated without new verdicts
     public_url: str | None = None  # this collector's address in links; default from `listen`
     jaeger_ui: str | None = None  # Jaeger's UI, for trace links in alerts
 
@@ -97,6 +98,14 @@ class CollectorSettings(BaseSettings):
     def forward_keep_statuses(self) -> frozenset[str] | None:
         """The `--forward-keep` set, None when not given."""
         return None if self.forward_keep is None else parse_keep(self.forward_keep)
+
+    @property
+    def public_base_url(self) -> str:
+        """This collector's address in links: `public_url`, else the `listen` address."""
+        if self.public_url:
+            return self.public_url
+        host, port = parse_listen(self.listen)
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     @property
     def spans_path(self) -> Path:

@@ -20,7 +20,6 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from spanbudget.collector.alerts.engine import AlertEngine
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.durations import parse_since
 from spanbudget.collector.judging.evaluate import Evaluator
@@ -94,11 +93,11 @@ def _warm(columns: VerdictColumns) -> None:
 def ui_router(
     pipeline: Pipeline,
     *,
-    alerts: AlertEngine | None = None,
     columns: VerdictColumns | None = None,
     spans: SpanSource | None = None,
 ) -> APIRouter:
     """The pages over one pipeline's store (and alert rules, and kept spans)."""
+    alerts = pipeline.alerts
     store = pipeline.store
     settings = pipeline.settings
     if columns is None:
@@ -111,10 +110,10 @@ def ui_router(
     router = APIRouter()
 
     def budget() -> Budget:
-        return pipeline.budget
+        return pipeline.core.budget
 
     def evaluator() -> Evaluator:
-        current = pipeline.budget
+        current = pipeline.core.budget
         if id(current) not in evaluators:  # the budget was reloaded: judge with the new one
             evaluators.clear()
             evaluators[id(current)] = Evaluator(current)
@@ -273,7 +272,7 @@ def ui_router(
     def report_of(run_id: str) -> Report | None:
         """The run's report, computed again only when its verdicts (or the budget) change."""
         held = next((r for r in columns.runs() if r[0] == run_id), None)
-        key = (run_id, held[1], held[3], id(pipeline.budget)) if held else None
+        key = (run_id, held[1], held[3], id(pipeline.core.budget)) if held else None
         with reports_lock:
             if key is not None and key in reports:
                 return reports[key]

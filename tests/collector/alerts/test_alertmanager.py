@@ -14,8 +14,6 @@ from typing import Any
 import httpx
 import pytest
 
-from spanbudget.collector.alerts.engine import AlertSettings
-from spanbudget.collector.alerts.wiring import build_alerting
 from spanbudget.collector.budget.loader import load_budget
 from tests.collector.alerts.alertmanager import Alertmanager
 from tests.collector.live.harness import running_collector
@@ -50,81 +48,74 @@ def send_traces(url: str, start: int, count: int, **extra: float) -> list[str]:
     return ids
 
 
-SETTINGS = AlertSettings(
-    window_scale=1 / 360,  # 1 h -> 10 s, 5 m -> 0.83 s
-    min_judged=5,
-    resend_s=1.0,
-    tick_s=0.1,
-    ui_url="http://127.0.0.1:4318",
-    jaeger_ui="http://127.0.0.1:16686",
-)
+# The collector's alert settings, as `spanbudget collect` takes them.
+ALERTS: dict[str, Any] = {
+    "alerts": True,
+    "alert_window_scale": 1 / 360,  # 1 h -> 10 s, 5 m -> 0.83 s
+    "alert_min_traces": 5,
+    "alert_resend_seconds": 1.0,
+    "alert_tick_seconds": 0.1,
+    "public_url": "http://127.0.0.1:4318",
+    "jaeger_ui": "http://127.0.0.1:16686",
+}
 
 
 def test_retrieval_overruns_page_once_and_resolve(
     alertmanager: Alertmanager, tmp_path: Path
 ) -> None:
-    alerting = build_alerting(BUDGET, SETTINGS, alertmanager=alertmanager.url)
-    alerting.start()
-    try:
-        with running_collector(tmp_path, alerts=alerting.engine) as collector:
-            bad = send_traces(collector.url, 1, 30, retrieval=30)  # retrieval 48 ms > 40
-            wait_until(lambda: alertmanager.alerts(severity="page") != [], what="the page")
-            time.sleep(1.5)  # a re-send or two must not add alerts
-            pages = alertmanager.alerts(severity="page")
-            assert len(pages) == 1
-            page = pages[0]
-            assert page["labels"] == {
-                "alertname": "SpanbudgetBudgetBurn",
-                "budget": "rag-ttft",
-                "stage": "retrieval",
-                "severity": "page",
-            }
-            assert page["status"]["state"] == "active"
-            notes = page["annotations"]
-            assert float(notes["burn_rate"]) == pytest.approx(20.0)
-            # The 14.4x rule (1 h/5 m, scaled) fires first; once its short window has moved
-            # past the burst, the 6x rule (6 h/30 m) keeps the same page up.
-            assert notes["windows"] in ("10s/0.833333s", "1m/5s")
-            assert (notes["p95_ms"], notes["limit_ms"]) == ("48.0", "40")
-            examples = notes["example_trace_ids"].split()
-            assert len(examples) == 5
-            assert set(examples) <= set(bad)
-            assert f"http://127.0.0.1:16686/trace/{examples[0]}" in notes["trace_links"]
-            assert page["generatorURL"] == "http://127.0.0.1:4318"
-            # No other stage alerts.
-            assert {a["labels"]["stage"] for a in alertmanager.alerts()} == {"retrieval"}
+    with running_collector(tmp_path, alertmanager=alertmanager.url, **ALERTS) as collector:
+        bad = send_traces(collector.url, 1, 30, retrieval=30)  # retrieval 48 ms > 40
+        wait_until(lambda: alertmanager.alerts(severity="page") != [], what="the page")
+        time.sleep(1.5)  # a re-send or two must not add alerts
+        pages = alertmanager.alerts(severity="page")
+        assert len(pages) == 1
+        page = pages[0]
+        assert page["labels"] == {
+            "alertname": "SpanbudgetBudgetBurn",
+            "budget": "rag-ttft",
+            "stage": "retrieval",
+            "severity": "page",
+        }
+        assert page["status"]["state"] == "active"
+        notes = page["annotations"]
+        assert float(notes["burn_rate"]) == pytest.approx(20.0)
+        # The 14.4x rule (1 h/5 m, scaled) fires first; once its short window has moved
+        # past the burst, the 6x rule (6 h/30 m) keeps the same page up.
+        assert notes["windows"] in ("10s/0.833333s", "1m/5s")
+        assert (notes["p95_ms"], notes["limit_ms"]) == ("48.0", "40")
+        examples = notes["example_trace_ids"].split()
+        assert len(examples) == 5
+        assert set(examples) <= set(bad)
+        assert f"http://127.0.0.1:16686/trace/{examples[0]}" in notes["trace_links"]
+        assert page["generatorURL"] == "http://127.0.0.1:4318"
+        # No other stage alerts.
+        assert {a["labels"]["stage"] for a in alertmanager.alerts()} == {"retrieval"}
 
-            # The overruns stop: good traffic for longer than the short window resolves it.
-            for i in range(12):
-                send_traces(collector.url, 1000 + i * 5, 5)
-                time.sleep(0.15)
-            wait_until(
-                lambda: alertmanager.alerts(severity="page") == [],
-                what="the page to resolve",
-            )
-    finally:
-        alerting.close()
+        # The overruns stop: good traffic for longer than the short window resolves it.
+        for i in range(12):
+            send_traces(collector.url, 1000 + i * 5, 5)
+            time.sleep(0.15)
+        wait_until(
+            lambda: alertmanager.alerts(severity="page") == [],
+            what="the page to resolve",
+        )
 
 
 def test_sends_are_retried_while_alertmanager_is_down(
     alertmanager: Alertmanager, tmp_path: Path
 ) -> None:
-    failures: list[str] = []
-    alerting = build_alerting(
-        BUDGET, SETTINGS, alertmanager=alertmanager.url, on_failure=failures.append
-    )
-    alerting.start()
-    try:
-        with running_collector(tmp_path, alerts=alerting.engine) as collector:
-            alertmanager.stop()
-            send_traces(collector.url, 1, 30, retrieval=30)
-            wait_until(lambda: len(failures) >= 2, what="failed sends")
-            assert set(failures) == {"alertmanager"}
-            alertmanager.start()
-            wait_until(lambda: alertmanager.alerts(severity="page") != [], what="the late page")
-            assert alertmanager.alerts(severity="page")[0]["labels"]["stage"] == "retrieval"
-    finally:
-        alerting.close()
+    with running_collector(tmp_path, alertmanager=alertmanager.url, **ALERTS) as collector:
+        alertmanager.stop()
+        send_traces(collector.url, 1, 30, retrieval=30)
+
+        def failures(sink: str) -> float:
+            return collector.metric("spanbudget_export_failures_total", sink=sink)
+
+        wait_until(lambda: failures("alertmanager") >= 2, what="failed sends")
+        assert failures("log") == failures("webhook") == 0
+        alertmanager.start()
+        wait_until(lambda: alertmanager.alerts(severity="page") != [], what="the late page")
+        assert alertmanager.alerts(severity="page")[0]["labels"]["stage"] == "retrieval"
 
 
 class _Webhook(BaseHTTPRequestHandler):
@@ -144,13 +135,11 @@ def test_late_and_duplicate_spans_never_alert_twice(tmp_path: Path) -> None:
     handler = type("Hook", (_Webhook,), {"received": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    settings = AlertSettings(window_scale=1 / 360, min_judged=5, resend_s=3600, tick_s=0.1)
-    alerting = build_alerting(
-        BUDGET, settings, webhook=f"http://127.0.0.1:{server.server_address[1]}/hook"
-    )
-    alerting.start()
+    webhook = f"http://127.0.0.1:{server.server_address[1]}/hook"
     try:
-        with running_collector(tmp_path, alerts=alerting.engine) as collector:
+        with running_collector(
+            tmp_path, webhook=webhook, **{**ALERTS, "alert_resend_seconds": 3600}
+        ) as collector:
             bad = send_traces(collector.url, 1, 20, retrieval=30)
             wait_until(lambda: handler.received != [], what="the webhook")
             for trace_id in bad[:5]:
@@ -176,6 +165,5 @@ def test_late_and_duplicate_spans_never_alert_twice(tmp_path: Path) -> None:
             assert firing[0]["labels"]["stage"] == "retrieval"
             assert collector.metric("spanbudget_spans_late_total") > 0
     finally:
-        alerting.close()
         server.shutdown()
         server.server_close()

@@ -19,17 +19,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from spanbudget.collector.alerts.engine import AlertEngine
 from spanbudget.collector.budget.loader import load_budget
-from spanbudget.collector.live.alerting import AlertsSink
 from spanbudget.collector.live.api import create_app
-from spanbudget.collector.live.forward import Forwarder
-from spanbudget.collector.live.metrics import CollectorMetrics
-from spanbudget.collector.live.pipeline import Pipeline
+from spanbudget.collector.live.pipeline import Pipeline, assemble
 from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.live.sinks import VerdictSink
-from spanbudget.collector.live.span_store import SpanStore
-from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.spans import Span, SpanKind
 from tests.support.otlp import request_to_json, to_request
 from tests.support.servers import ServerThread
@@ -77,14 +71,10 @@ class Collector:
 
 def idle_pipeline(tmp_path: Path) -> Pipeline:
     """A pipeline whose worker is not started: nothing drains its intake queue."""
-    settings = CollectorSettings(db_path=tmp_path / "v.db", budget_path=BUDGET)
-    store = VerdictStore(settings.db_path, retention_seconds=60, retention_count=10)
-    return Pipeline(
-        settings,
-        load_budget(BUDGET).budget,
-        metrics=CollectorMetrics(CollectorRegistry()),
-        store=store,
+    settings = CollectorSettings(
+        db_path=tmp_path / "v.db", budget_path=BUDGET, retention_seconds=60, retention_count=10
     )
+    return assemble(settings, load_budget(BUDGET).budget, alerts=False)
 
 
 @contextmanager
@@ -93,11 +83,12 @@ def running_collector(
     *,
     sinks: Sequence[VerdictSink] = (),
     forward_url: str | None = None,
-    alerts: AlertEngine | None = None,
+    alerts: bool = False,
     **overrides: Any,
 ) -> Iterator[Collector]:
-    """A collector with a short decision wait, its store under `tmp_path`; `alerts` sees
-    the verdicts (after `sinks`) and is served on /api/alerts."""
+    """A collector as `spanbudget collect` assembles it, with a short decision wait and its
+    stores under `tmp_path`; `sinks` see the verdicts first; with `alerts` it runs the
+    burn-rate rules (`alert_*`, `alertmanager`, `webhook` settings) and serves /api/alerts."""
     values: dict[str, Any] = {
         "db_path": tmp_path / "verdicts.db",
         "budget_path": BUDGET,
@@ -110,25 +101,16 @@ def running_collector(
     }
     settings = CollectorSettings(**values)
     registry = CollectorRegistry()
-    metrics = CollectorMetrics(registry)
-    store = VerdictStore(
-        settings.db_path,
-        retention_seconds=settings.retention_seconds,
-        retention_count=settings.retention_count,
-    )
-    forwarder = Forwarder.from_settings(settings, metrics)
-    pipeline = Pipeline(
+    pipeline = assemble(
         settings,
         load_budget(settings.budget_path).budget,
-        metrics=metrics,
-        store=store,
-        forwarder=forwarder,
-        sinks=[*sinks, *([AlertsSink(alerts)] if alerts is not None else [])],
-        spans=SpanStore.from_settings(settings),
+        registry=registry,
+        alerts=alerts,
+        sinks=sinks,
     )
     pipeline.start()
     try:
-        with ServerThread(create_app(pipeline, alerts=alerts)) as server:
+        with ServerThread(create_app(pipeline)) as server:
             collector = Collector(pipeline, registry, server.url)
             try:
                 yield collector

@@ -117,11 +117,11 @@ def test_requests_without_spans_never_pile_up_in_the_intake_queue(tmp_path: Path
                     "/v1/traces", content=body, headers={"Content-Type": content_type}
                 )
                 assert response.status_code == 200
-        assert pipeline.wait_idle(0.2)  # nothing queued
+        assert pipeline.core.wait_idle(0.2)  # nothing queued
         full = to_request(rag_trace().spans).SerializeToString()
         response = client.post("/v1/traces", content=full, headers={"Content-Type": PROTOBUF})
         assert response.status_code == 200
-        assert not pipeline.wait_idle(0.2)  # a real request is queued, as it should be
+        assert not pipeline.core.wait_idle(0.2)  # a real request is queued, as it should be
     pipeline.store.close()
 
 

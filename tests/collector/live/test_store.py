@@ -162,7 +162,7 @@ def test_after_a_restart_a_stored_traces_stragglers_are_late_not_judged_again(
     with running_collector(tmp_path) as collector:
         body = to_request([straggler]).SerializeToString()
         assert collector.post(body, PROTOBUF).status_code == 200
-        assert collector.pipeline.wait_idle(10)
+        assert collector.pipeline.core.wait_idle(10)
         assert collector.metric("spanbudget_spans_late_total") == 1
         assert collector.metric("spanbudget_traces_total", budget="rag-ttft", status="ok") == 0
         assert collector.metric("spanbudget_traces_skipped_total") == 0

@@ -26,7 +26,7 @@ def test_a_run_larger_than_one_api_page_gets_every_verdict(tmp_path: Path) -> No
                 spans += rag_trace(trace_id=trace_id).spans
             body = to_request(spans).SerializeToString()
             assert collector.post(body, PROTOBUF).status_code == 200
-        assert collector.pipeline.wait_idle(60)
+        assert collector.pipeline.core.wait_idle(60)
         found = wait_for_verdicts(collector.url, "run-1", trace_ids, timeout_s=5, poll_s=0.1)
     assert set(found) == set(trace_ids)
     expected = Evaluator(load_budget(BUDGET).budget).evaluate(
