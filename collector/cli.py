@@ -8,6 +8,7 @@ and messages here, at the edge.
 from __future__ import annotations
 
 import enum
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,7 +20,7 @@ from spanbudget.terminal import make_console, print_error
 
 if TYPE_CHECKING:
     from spanbudget.collector.budget.loader import LoadedBudget
-    from spanbudget.collector.spans import Span
+    from spanbudget.collector.check import Inputs
 
 __all__ = ["BUDGET_HELP", "OutputFormat", "budget_app", "check", "init", "suggest"]
 
@@ -28,7 +29,7 @@ PRESET_HELP = (
     "Judge against a packaged preset instead of a budget file: genai, openlit, openllmetry, "
     "openinference, vllm, vllm-v0."
 )
-PATHS_HELP = "Trace files (OTLP JSON/JSONL/protobuf, Jaeger JSON) or folders."
+PATHS_HELP = "Trace files (OTLP JSON/JSONL/protobuf, Jaeger JSON), folders, or - for stdin."
 
 budget_app = typer.Typer(
     help="The allocation table: write the default to edit, or propose one from traces.",
@@ -46,29 +47,27 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _read_spans(
+def _read_inputs(
     paths: list[Path] | None, jaeger_url: str | None, service: str | None, since: str
-) -> list[Span]:
-    """Spans from files, or from Jaeger's API; usage and read errors exit 2."""
-    from spanbudget.collector.check import expand_paths
+) -> Inputs:
+    """Spans from files (`-`: stdin) or from Jaeger's API. Usage errors and an unreadable
+    Jaeger exit 2 here; each file that cannot be read is one of `Inputs.problems`."""
+    from spanbudget.collector.check import Inputs, read_inputs
     from spanbudget.collector.durations import parse_duration
-    from spanbudget.collector.readers import TraceReadError, read_jaeger_api, read_traces
+    from spanbudget.collector.readers import TraceReadError, read_jaeger_api
 
     if (jaeger_url is None) == (not paths):
-        raise _fail("give trace files, or --jaeger-url with --service (not both)")
+        raise _fail("give trace files (- for stdin), or --jaeger-url with --service (not both)")
+    if jaeger_url is None:
+        return read_inputs(paths or [], sys.stdin.buffer)
+    if service is None:
+        raise _fail("--jaeger-url needs --service")
     try:
-        if jaeger_url is not None:
-            if service is None:
-                raise _fail("--jaeger-url needs --service")
-            try:
-                seconds = parse_duration(since)
-            except ValueError as exc:
-                raise _fail(f"--since: {exc}") from None
-            return read_jaeger_api(jaeger_url, service, seconds)
-        spans: list[Span] = []
-        for path in expand_paths(paths or []):
-            spans.extend(read_traces(path))
-        return spans
+        seconds = parse_duration(since)
+    except ValueError as exc:
+        raise _fail(f"--since: {exc}") from None
+    try:
+        return Inputs(read_jaeger_api(jaeger_url, service, seconds), read=1)
     except TraceReadError as exc:
         raise _fail(str(exc)) from None
 
@@ -115,11 +114,16 @@ def check(
     ] = None,
     service: Annotated[str | None, typer.Option(help="With --jaeger-url: the service.")] = None,
     since: Annotated[str, typer.Option(help="With --jaeger-url: how far back.")] = "15m",
+    allow_empty: Annotated[
+        bool, typer.Option("--allow-empty", help="Exit 0, not 2, when no trace was judged.")
+    ] = False,
 ) -> None:
     """Judge traces against the budget: one verdict per trace.
 
-    Exit 0 when no trace is at or above --fail-on, 1 when one is, 2 on bad input.
-    `error` (a failed request) and `incomplete` (no first token) count above `overrun`.
+    Exit 0 when no trace is at or above --fail-on, 1 when one is, 2 on bad input: usage, a
+    budget that does not load, a file that cannot be read (reported and skipped, the rest
+    judged), or no trace judged at all (unless --allow-empty). `error` (a failed request)
+    and `incomplete` (no first token) count above `overrun`. `-` reads stdin.
 
     Example:
 
@@ -128,17 +132,41 @@ def check(
         spanbudget check --jaeger-url http://127.0.0.1:16686 --service rag-gateway --since 15m
 
         spanbudget check traces.jsonl --preset openinference
+
+        otelcol-export | spanbudget check - --format json
     """
-    from spanbudget.collector.check import evaluate_spans, exit_code, render_json, render_table
+    from spanbudget.collector.check import (
+        evaluate_spans,
+        exit_code,
+        render_json,
+        render_table,
+        why_empty,
+    )
 
     loaded = _load(budget, preset)
-    spans = _read_spans(paths, jaeger_url, service, since)
-    result = evaluate_spans(spans, loaded.budget)
+    inputs = _read_inputs(paths, jaeger_url, service, since)
+    for problem in inputs.problems:
+        print_error(f"{problem} (skipped)")
+    result = evaluate_spans(inputs.spans, loaded.budget)
     if output is OutputFormat.JSON:
         typer.echo(render_json(result))
     else:
         render_table(result, loaded.budget, make_console())
-    raise typer.Exit(exit_code(result.verdicts, fail_on))
+    if inputs.problems:
+        total = inputs.read + len(inputs.problems)
+        print_error(f"{len(inputs.problems)} of {total} inputs could not be read")
+    reason = why_empty(result, loaded.budget)
+    if reason is not None and not allow_empty:
+        print_error(reason)
+    raise typer.Exit(
+        exit_code(
+            result,
+            loaded.budget,
+            fail_on,
+            unreadable=len(inputs.problems),
+            allow_empty=allow_empty,
+        )
+    )
 
 
 @budget_app.command()
@@ -215,9 +243,13 @@ def suggest(
     if preset is not None or budget is not None:
         base = _load(budget, preset).budget
         origin = f"preset {preset}" if preset is not None else f"{budget}"
-    spans = _read_spans(paths, jaeger_url, service, since)
+    inputs = _read_inputs(paths, jaeger_url, service, since)
+    if inputs.problems:  # a budget from part of the traces would look whole: refuse
+        for problem in inputs.problems:
+            print_error(problem)
+        raise typer.Exit(2)
     try:
-        suggestion = propose(spans, objective=objective, base=base, origin=origin)
+        suggestion = propose(inputs.spans, objective=objective, base=base, origin=origin)
         typer.echo(render(suggestion, extends=preset), nl=False)
     except NoTracesError as exc:
         raise _fail(str(exc)) from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated
 
@@ -35,8 +36,25 @@ app = typer.Typer(
 )
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        try:
+            version = metadata.version("spanbudget")
+        except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+            version = "(not installed)"
+        typer.echo(f"spanbudget {version}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
     """End-to-end latency budget tracer for LLM request paths, on OpenTelemetry."""
 
 

@@ -9,8 +9,10 @@ metadata, so pyproject.toml stays the one place that names it.
 
 from __future__ import annotations
 
+import json
 import re
 from importlib import metadata
+from urllib.parse import unquote, urlparse
 
 import typer
 
@@ -21,6 +23,7 @@ __all__ = [
     "REFERENCE",
     "MissingExtra",
     "exit_unless_installed",
+    "install_command",
     "missing_distributions",
     "require_extra",
 ]
@@ -60,13 +63,32 @@ def missing_distributions(extra: str) -> list[str]:
     return missing
 
 
+def install_command(extra: str, direct_url: str | None = None) -> str:
+    """The pip command that adds `extra` to this install, from where it came from: the
+    wheel file or the checkout it was installed from (`direct_url`, PEP 610's
+    direct_url.json, read from the installed metadata when not given), else the index."""
+    if direct_url is None:
+        try:
+            direct_url = metadata.distribution("spanbudget").read_text("direct_url.json")
+        except metadata.PackageNotFoundError:
+            direct_url = None
+    origin = json.loads(direct_url) if direct_url else {}
+    url = urlparse(str(origin.get("url", "")))
+    if url.scheme == "file":
+        editable = origin.get("dir_info", {}).get("editable", False)
+        return f"pip install {'-e ' if editable else ''}'{unquote(url.path)}[{extra}]'"
+    if url.scheme:
+        return f"pip install 'spanbudget[{extra}] @ {url.geturl()}'"
+    return f"pip install 'spanbudget[{extra}]'"
+
+
 def require_extra(command: str, extra: str = REFERENCE) -> None:
     """Raise MissingExtra naming the pip command when `command`'s extra is incomplete."""
     missing = missing_distributions(extra)
     if missing:
         raise MissingExtra(
             f"`spanbudget {command}` needs the {extra} extra: "
-            f"pip install 'spanbudget[{extra}]' (missing: {', '.join(missing)})"
+            f"{install_command(extra)} (missing: {', '.join(missing)})"
         )
 
 

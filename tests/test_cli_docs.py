@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,16 @@ def test_readme_opens_with_the_two_commands() -> None:
     head = (REPO / "README.md").read_text()[:1500]
     assert "make demo" in head
     assert "make test" in head
+
+
+def test_an_example_continued_on_the_next_line_keeps_its_backslash() -> None:
+    # A backslash-newline in a docstring is Python's line continuation: it vanishes, and
+    # the example's next line runs into this one after a gap of spaces.
+    commands = [*app.registered_commands]
+    for group in app.registered_groups:
+        if group.typer_instance:
+            commands += group.typer_instance.registered_commands
+    for command in commands:
+        doc = command.callback.__doc__ if command.callback else None
+        for line in (doc or "").splitlines():
+            assert not re.search(r"\S {4,}--", line), f"{_name(command)}: {line}"

@@ -1,16 +1,26 @@
-"""`spanbudget check`: judge traces read from files or from Jaeger (`paths`, `judge`),
+"""`spanbudget check`: judge traces read from files, stdin or Jaeger (`paths`, `judge`),
 print them (`render`), pick an exit code (`judge.exit_code`)."""
 
-from spanbudget.collector.check.judge import CheckResult, FailOn, evaluate_spans, exit_code
-from spanbudget.collector.check.paths import expand_paths
+from spanbudget.collector.check.judge import (
+    CheckResult,
+    FailOn,
+    evaluate_spans,
+    exit_code,
+    why_empty,
+)
+from spanbudget.collector.check.paths import STDIN, Inputs, expand_paths, read_inputs
 from spanbudget.collector.check.render import render_json, render_table
 
 __all__ = [
+    "STDIN",
     "CheckResult",
     "FailOn",
+    "Inputs",
     "evaluate_spans",
     "exit_code",
     "expand_paths",
+    "read_inputs",
     "render_json",
     "render_table",
+    "why_empty",
 ]

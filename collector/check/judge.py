@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -12,7 +12,7 @@ from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.spans import Span, group_by_trace
 
-__all__ = ["CheckResult", "FailOn", "evaluate_spans", "exit_code"]
+__all__ = ["CheckResult", "FailOn", "evaluate_spans", "exit_code", "why_empty"]
 
 
 class FailOn(enum.Enum):
@@ -45,14 +45,38 @@ def evaluate_spans(
     return CheckResult(verdicts, skipped)
 
 
-def exit_code(verdicts: Iterable[Verdict], fail_on: FailOn) -> int:
-    """0 when nothing is at or above `fail_on`, else 1.
+def why_empty(result: CheckResult, budget: Budget) -> str | None:
+    """Why no trace was judged, None when one was: a check that judged nothing passed
+    nothing (a typo in a selector must not be a green build)."""
+    if result.verdicts:
+        return None
+    if result.skipped == 0:
+        return "no trace judged: the input holds no spans"
+    return (
+        f"no trace judged: in {result.skipped} trace(s) read no span matched any stage of "
+        f"budget {budget.name!r}; check its selectors, or judge with a --preset that fits "
+        "the instrumentation (--allow-empty passes anyway)"
+    )
+
+
+def exit_code(
+    result: CheckResult,
+    budget: Budget,
+    fail_on: FailOn,
+    *,
+    unreadable: int = 0,
+    allow_empty: bool = False,
+) -> int:
+    """2 when an input could not be read or, unless `allow_empty`, nothing was judged;
+    else 1 when a trace is at or above `fail_on`, and 0 when none is.
 
     A failed request (`error`) and a trace without a first token (`incomplete`) rank
     above `overrun`: neither met the budget.
     """
+    if unreadable or (not allow_empty and why_empty(result, budget) is not None):
+        return 2
     if fail_on is FailOn.NEVER:
         return 0
     threshold = Status.OVERRUN if fail_on is FailOn.OVERRUN else Status.WARN
-    worst = max((v.status.severity for v in verdicts), default=0)
+    worst = max((v.status.severity for v in result.verdicts), default=0)
     return 1 if worst >= threshold.severity else 0

@@ -112,7 +112,7 @@ def collect(
 
         spanbudget collect --budget budget.yaml --forward-otlp http://127.0.0.1:4319
 
-        spanbudget collect --forward-otlp http://127.0.0.1:4319 \
+        spanbudget collect --forward-otlp http://127.0.0.1:4319 \\
             --forward-keep overrun,error --forward-sample 0.05
     """
     from pydantic import ValidationError

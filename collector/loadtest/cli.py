@@ -141,7 +141,8 @@ def report(
         page = render_html(data, results)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         # Exit 1 means "breached": a folder that is not a run must not look like one.
-        raise _fail(f"{run_dir}: not a load-test run folder ({exc!r})") from None
+        why = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) else str(exc)
+        raise _fail(f"{run_dir}: not a load-test run folder ({why})") from None
     render_terminal(data, make_console())
     (run_dir / "report.html").write_text(page)
     raise typer.Exit(0 if data.slo_met else 1)

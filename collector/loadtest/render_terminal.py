@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from spanbudget.collector.judging.verdict import Status
 from spanbudget.collector.loadtest.report_model import Report
 from spanbudget.collector.stats import StageSummary
 from spanbudget.terminal import print_wide
@@ -29,6 +32,13 @@ def _band(value: float | None, target: float, limit: float) -> str:
 def _percentile_cells(summary: StageSummary, target: float, limit: float) -> list[Text]:
     values = (summary.p50_ms, summary.p90_ms, summary.p95_ms, summary.p99_ms, summary.max_ms)
     return [Text(_ms(value), style=_band(value, target, limit)) for value in values]
+
+
+def _counts(by_status: Mapping[str, int]) -> str:
+    """`77 ok, 60 warn, 37 overrun`: the statuses from the best to the worst."""
+    order = {status.value: status.severity for status in Status}
+    ranked = sorted(by_status.items(), key=lambda item: (order.get(item[0], 99), item[0]))
+    return ", ".join(f"{n} {status}" for status, n in ranked if n) or "none"
 
 
 def render_terminal(report: Report, console: Console) -> None:
@@ -78,7 +88,7 @@ def render_terminal(report: Report, console: Console) -> None:
             f" — {report.within_limits:.1%} of requests within every limit "
             f"(objective {report.slo_objective:.0%}); goodput {report.goodput_rps:.2f} req/s; "
             f"errors {report.errors} ({report.error_rate:.1%}); verdicts "
-            f"{report.joined}/{report.requests} {dict(report.by_status)}",
+            f"{report.joined}/{report.requests} ({_counts(report.by_status)})",
         )
     )
     for phase in report.phases:

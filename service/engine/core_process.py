@@ -11,7 +11,9 @@ import contextlib
 import gc
 import logging
 import multiprocessing
+import os
 import queue
+import signal
 import sys
 import threading
 from collections import deque
@@ -169,6 +171,12 @@ def _core_main(
     priority: CorePriority,
     conn: Connection,
 ) -> None:
+    # The frontend stops the core through the pipe, or by ending (the pipe then closes).
+    # Signals to the engine's process group (Ctrl-C, the demo's or a supervisor's SIGTERM)
+    # must not end it first, or the frontend would take a normal stop for a crash: a
+    # session of its own keeps them away. A SIGTERM sent to this process alone still ends it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.setsid()
     core = _PipeCore(Scheduler(PerfModel(preset)), conn, stall_seconds, priority)
     # Process-wide tuning, hence here at this process's entry point: start-up objects stay
     # out of the garbage collector's way, and the step thread gets the interpreter lock back

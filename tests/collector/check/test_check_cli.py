@@ -114,12 +114,69 @@ def test_folder_of_files(tmp_path: Path) -> None:
 
 
 def test_real_fixture_files_are_read_and_skipped(shared_fixtures: Path) -> None:
-    # Third-party traces (telemetrygen, Jaeger's examples) match no stage: not judged.
+    # Third-party traces (telemetrygen, Jaeger's examples) match no stage: not judged, and
+    # a check that judged nothing passed nothing: exit 2 saying why, unless --allow-empty.
     paths = sorted(str(p) for p in (shared_fixtures / "otlp").glob("*.json"))
     paths += sorted(str(p) for p in (shared_fixtures / "jaeger").glob("*.json"))
     result = runner.invoke(app, ["check", *paths, "--budget", BUDGET])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2, result.output
     assert "0 traces judged (none);" in " ".join(result.stdout.split())
+    said = " ".join(result.stderr.split())
+    assert "no span matched any stage of budget 'rag-ttft'" in said
+    allowed = runner.invoke(app, ["check", *paths, "--budget", BUDGET, "--allow-empty"])
+    assert allowed.exit_code == 0, allowed.output
+    assert "no trace judged" not in allowed.stderr
+
+
+def test_a_selector_that_matches_nothing_fails_the_build(tmp_path: Path, mixed_file: Path) -> None:
+    budget = tmp_path / "typo.yaml"  # the service's name misspelt: nothing matches
+    budget.write_text(
+        "version: 1\nname: typo\ntotal: {target_ms: 170, limit_ms: 250}\nstages:\n"
+        "  - {name: gateway, target_ms: 10, limit_ms: 15, match: [{service: rag-gatewya}]}\n"
+    )
+    result = runner.invoke(app, ["check", str(mixed_file), "--budget", str(budget)])
+    assert result.exit_code == 2, result.output
+    assert "in 3 trace(s) read no span matched any stage" in " ".join(result.stderr.split())
+
+
+def test_no_spans_at_all_exit_2(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "none.json").write_text('{"resourceSpans": []}')
+    result = runner.invoke(app, ["check", str(empty), "--budget", BUDGET])
+    assert result.exit_code == 2, result.output
+    assert "the input holds no spans" in " ".join(result.stderr.split())
+
+
+def test_a_bad_file_in_a_folder_is_reported_and_the_rest_judged(tmp_path: Path) -> None:
+    for i, trace_id in enumerate(trace_ids(3)):
+        (tmp_path / f"{i}.json").write_text(to_otlp_json(rag_trace(trace_id=trace_id).spans))
+    (tmp_path / "1b.json").write_text("{not json")
+    result = runner.invoke(app, ["check", str(tmp_path), "--budget", BUDGET, "--format", "json"])
+    assert result.exit_code == 2, result.output
+    assert [v["trace_id"] for v in json.loads(result.stdout)] == trace_ids(3)
+    said = " ".join(result.stderr.split())
+    assert "1b.json" in said
+    assert "(skipped)" in said
+    assert "1 of 4 inputs could not be read" in said
+    # --allow-empty is about judging nothing, not about unreadable input.
+    allowed = runner.invoke(app, ["check", str(tmp_path), "--budget", BUDGET, "--allow-empty"])
+    assert allowed.exit_code == 2
+
+
+def test_dash_reads_stdin(mixed_file: Path) -> None:
+    args = ["check", "-", "--budget", BUDGET, "--format", "json"]
+    result = runner.invoke(app, args, input=mixed_file.read_bytes())
+    assert result.exit_code == 1, result.output
+    from_stdin = [{**v, "evaluated_at": None} for v in json.loads(result.stdout)]
+    from_file = runner.invoke(
+        app, ["check", str(mixed_file), "--budget", BUDGET, "--format", "json"]
+    )
+    assert from_stdin == [{**v, "evaluated_at": None} for v in json.loads(from_file.stdout)]
+    assert len(from_stdin) == 3
+    nothing = runner.invoke(app, ["check", "-", "--budget", BUDGET], input=b"")
+    assert nothing.exit_code == 2
+    assert "<stdin>: no trace data" in " ".join(nothing.stderr.split())
 
 
 def test_bad_trace_file_exits_2_naming_it(tmp_path: Path) -> None:
@@ -187,7 +244,7 @@ def test_jaeger_url_reads_the_real_v3_response(
     url, handler = jaeger
     handler.body = (shared_fixtures / "jaeger" / "jaeger_apiv3_GetTrace.json").read_bytes()
     args = ["check", "--jaeger-url", url, "--service", "rag-gateway", "--since", "5m"]
-    result = runner.invoke(app, [*args, "--budget", BUDGET])
+    result = runner.invoke(app, [*args, "--budget", BUDGET, "--allow-empty"])
     assert result.exit_code == 0, result.output
     assert "0 traces judged (none); 1 skipped" in " ".join(result.stdout.split())
     query = handler.queries[0]

@@ -60,6 +60,14 @@ def test_load_test_report_keeps_every_column_off_a_terminal() -> None:
     for stage in report.stages:
         assert f"{stage.summary.p99_ms:.1f}" in text
         assert f"{stage.summary.over_limit_share:.1%}" in text
+    # The verdicts' counts read as words, best first, not as a Python dict.
+    assert "{" not in text
+    counts = ", ".join(
+        f"{n} {status}"
+        for status in ("ok", "warn", "overrun", "error", "incomplete")
+        if (n := report.by_status.get(status, 0))
+    )
+    assert f"verdicts {report.joined}/{report.requests} ({counts})" in " ".join(text.split())
 
 
 def test_a_table_wider_than_the_terminal_is_printed_whole() -> None:
@@ -89,7 +97,7 @@ def test_help_off_a_terminal_reads_as_paragraphs_with_whole_examples() -> None:
     lines = [line.strip() for line in result.stdout.splitlines()]
     # A paragraph is filled to the width: no line of it could have taken the next word.
     start = next(i for i, line in enumerate(lines) if line.startswith("Exit 0 when no trace"))
-    end = next(i for i in range(start, len(lines)) if lines[i].endswith("count above overrun."))
+    end = next(i for i in range(start, len(lines)) if lines[i].endswith("reads stdin."))
     for line, following in zip(lines[start:end], lines[start + 1 : end + 1], strict=True):
         assert len(line) + 1 + len(following.split()[0]) > HELP_WIDTH - 4, result.stdout
     assert (

@@ -155,7 +155,11 @@ def test_report_command_renders_from_files(budget: Budget, tmp_path: Path) -> No
     assert "retrieval" in result.stdout
     html = (tmp_path / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 3
-    assert CliRunner().invoke(app, ["report", str(tmp_path / "nope")]).exit_code == 2
+    missing = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
+    assert missing.exit_code == 2
+    said = " ".join(missing.output.split())
+    assert f"(No such file or directory: {tmp_path / 'nope' / 'report.json'})" in said
+    assert "Error(" not in said
 
 
 def test_report_of_a_folder_that_is_not_a_run_exits_2(budget: Budget, tmp_path: Path) -> None:
