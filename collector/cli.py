@@ -18,6 +18,8 @@ from rich.markup import escape
 from spanbudget.collector.check import FailOn
 from spanbudget.terminal import make_console, print_error
 
+DEFAULT_JAEGER_LIMIT = 100  # traces read from Jaeger when --limit is not given
+
 if TYPE_CHECKING:
     from spanbudget.collector.budget.loader import LoadedBudget
     from spanbudget.collector.check import Inputs
@@ -48,7 +50,11 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _read_inputs(
-    paths: list[Path] | None, jaeger_url: str | None, service: str | None, since: str
+    paths: list[Path] | None,
+    jaeger_url: str | None,
+    service: str | None,
+    since: str,
+    limit: int = DEFAULT_JAEGER_LIMIT,
 ) -> Inputs:
     """Spans from files (`-`: stdin) or from Jaeger's API. Usage errors and an unreadable
     Jaeger exit 2 here; each file that cannot be read is one of `Inputs.problems`."""
@@ -67,7 +73,7 @@ def _read_inputs(
     except ValueError as exc:
         raise _fail(f"--since: {exc}") from None
     try:
-        return Inputs(read_jaeger_api(jaeger_url, service, seconds), read=1)
+        return Inputs(read_jaeger_api(jaeger_url, service, seconds, limit=limit), read=1)
     except TraceReadError as exc:
         raise _fail(str(exc)) from None
 
@@ -110,10 +116,17 @@ def check(
         FailOn, typer.Option(help="Exit 1 when a trace is at or above this status.")
     ] = FailOn.OVERRUN,
     jaeger_url: Annotated[
-        str | None, typer.Option(help="Read traces from Jaeger's /api/v3 instead of files.")
+        str | None,
+        typer.Option(
+            help="Read traces from Jaeger instead of files: its query address (API v3), or"
+            " that address with /api/traces (the API of Jaeger's UI)."
+        ),
     ] = None,
     service: Annotated[str | None, typer.Option(help="With --jaeger-url: the service.")] = None,
     since: Annotated[str, typer.Option(help="With --jaeger-url: how far back.")] = "15m",
+    limit: Annotated[
+        int, typer.Option(min=1, help="With --jaeger-url: at most this many traces.")
+    ] = DEFAULT_JAEGER_LIMIT,
     allow_empty: Annotated[
         bool, typer.Option("--allow-empty", help="Exit 0, not 2, when no trace was judged.")
     ] = False,
@@ -131,6 +144,8 @@ def check(
 
         spanbudget check --jaeger-url http://127.0.0.1:16686 --service rag-gateway --since 15m
 
+        spanbudget check --jaeger-url http://127.0.0.1:16686/api/traces --service rag-gateway
+
         spanbudget check traces.jsonl --preset openinference
 
         otelcol-export | spanbudget check - --format json
@@ -144,7 +159,7 @@ def check(
     )
 
     loaded = _load(budget, preset)
-    inputs = _read_inputs(paths, jaeger_url, service, since)
+    inputs = _read_inputs(paths, jaeger_url, service, since, limit)
     for problem in inputs.problems:
         print_error(f"{problem} (skipped)")
     result = evaluate_spans(inputs.spans, loaded.budget)
@@ -212,10 +227,17 @@ def suggest(
         typer.Option(help="Take the stages from this budget file (not looked for in ./)."),
     ] = None,
     jaeger_url: Annotated[
-        str | None, typer.Option(help="Read traces from Jaeger's /api/v3 instead of files.")
+        str | None,
+        typer.Option(
+            help="Read traces from Jaeger instead of files: its query address (API v3), or"
+            " that address with /api/traces (the API of Jaeger's UI)."
+        ),
     ] = None,
     service: Annotated[str | None, typer.Option(help="With --jaeger-url: the service.")] = None,
     since: Annotated[str, typer.Option(help="With --jaeger-url: how far back.")] = "15m",
+    limit: Annotated[
+        int, typer.Option(min=1, help="With --jaeger-url: at most this many traces.")
+    ] = DEFAULT_JAEGER_LIMIT,
 ) -> None:
     """Propose a budget from observed traces: stages, and every stage's target and limit.
 
@@ -243,7 +265,7 @@ def suggest(
     if preset is not None or budget is not None:
         base = _load(budget, preset).budget
         origin = f"preset {preset}" if preset is not None else f"{budget}"
-    inputs = _read_inputs(paths, jaeger_url, service, since)
+    inputs = _read_inputs(paths, jaeger_url, service, since, limit)
     if inputs.problems:  # a budget from part of the traces would look whole: refuse
         for problem in inputs.problems:
             print_error(problem)

@@ -91,6 +91,15 @@ def demo(
     gateway_listen: Annotated[str, typer.Option(help="Gateway host:port.")] = "127.0.0.1:8080",
     engine_listen: Annotated[str, typer.Option(help="Engine host:port.")] = "127.0.0.1:8000",
     collector_listen: Annotated[str, typer.Option(help="Collector host:port.")] = "127.0.0.1:4318",
+    jaeger: Annotated[
+        Path | None,
+        typer.Option(
+            help="A Jaeger v2 binary (make binaries builds one): started beside the stack on"
+            " 127.0.0.1:16686, every judged trace forwarded to it, the web UI linked to it.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the embedded stack (engine emulator, collector, gateway) and a two-phase load test.
 
@@ -103,6 +112,7 @@ def demo(
     Example:
 
         spanbudget demo --duration 30s --exit
+        spanbudget demo --jaeger ~/.cache/spanbudget/bin/jaeger
     """
     exit_unless_installed("demo")
     from spanbudget.collector.durations import parse_duration
@@ -125,5 +135,6 @@ def demo(
         gateway=gateway_listen,
         engine=engine_listen,
         collector=collector_listen,
+        jaeger=jaeger,
     )
     raise typer.Exit(run_demo(settings, make_console()))

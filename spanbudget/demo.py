@@ -31,7 +31,7 @@ from spanbudget.collector.loadtest.verdicts import CollectorUnavailable, wait_fo
 from spanbudget.collector.stats import percentile
 from spanbudget.processes import Child, ChildFailed, Supervisor
 from spanbudget.service.settings import Settings as GatewaySettings
-from spanbudget.stack import CHILD_ENV, Stack, spanbudget_command
+from spanbudget.stack import CHILD_ENV, Jaeger, Stack, spanbudget_command
 
 __all__ = ["DemoSettings", "ingest_if_needed", "run_demo", "stack_of"]
 
@@ -54,6 +54,7 @@ class DemoSettings:
     burst_share: float = 0.3  # of the duration
     decision_wait: str = "1s"
     startup_timeout_s: float = 180.0
+    jaeger: Path | None = None  # a Jaeger v2 binary: started first, every trace forwarded
 
 
 class _Interrupted(Exception):
@@ -93,6 +94,7 @@ def stack_of(settings: DemoSettings, budget: Path) -> Stack:
         gateway=settings.gateway,
         preset=settings.preset,
         decision_wait=settings.decision_wait,
+        jaeger=Jaeger(settings.jaeger) if settings.jaeger else None,
     )
 
 
@@ -183,15 +185,17 @@ def run_demo(settings: DemoSettings, console: Console) -> int:
     try:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         ingest_if_needed(settings, supervisor, console)
-        children = stack_of(settings, source.path).children()
+        stack = stack_of(settings, source.path)
+        children = stack.children()
         for child in children:
             supervisor.start(child)
         with console.status("starting the engine emulator, the collector and the gateway"):
             for child in children:
                 supervisor.wait_healthy(child, settings.startup_timeout_s)
+        jaeger = f", Jaeger {stack.jaeger.query_url}" if stack.jaeger else ""
         console.print(
             f"stack up: gateway http://{settings.gateway}, engine http://{settings.engine}, "
-            f"collector {collector_url} (logs in {logs})"
+            f"collector {collector_url}{jaeger} (logs in {logs})"
         )
         burst_s = settings.duration_s * settings.burst_share
         test = LoadTest(

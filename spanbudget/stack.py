@@ -2,7 +2,9 @@
 gateway as three processes that meet only over HTTP and OTLP, as in production.
 
 `spanbudget demo` starts it, and so do the end-to-end and web UI tests and `bench/cpu.py`,
-each with its own addresses, data folder and extra flags.
+each with its own addresses, data folder and extra flags. With a Jaeger binary (`Jaeger`),
+a real Jaeger v2 starts first and the collector forwards every judged trace to it, its
+budget.* attributes on: the web UI's trace links then open that Jaeger.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import spanbudget
 from spanbudget.processes import Child
 
-__all__ = ["CHILD_ENV", "Stack", "spanbudget_command"]
+__all__ = ["CHILD_ENV", "JAEGER_CONFIG", "Jaeger", "Stack", "spanbudget_command"]
 
 # Spans leave each process within 200 ms, so verdicts follow the requests closely.
 CHILD_ENV = {"OTEL_BSP_SCHEDULE_DELAY": "200", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -36,12 +39,60 @@ def _niced(command: list[str], nice: int) -> list[str]:
     return [tool, "-n", str(nice), *command] if tool else command
 
 
+# deploy/jaeger.yaml, packaged: the file docker-compose.yml mounts into Jaeger's container.
+JAEGER_CONFIG = Path(spanbudget.__file__).resolve().parent / "jaeger.yaml"
+
+
+@dataclass(frozen=True)
+class Jaeger:
+    """A Jaeger v2 binary run on `host` with the repository's config (deploy/jaeger.yaml),
+    its ports given here instead of its defaults, which the stack's processes use."""
+
+    binary: Path
+    host: str = "127.0.0.1"
+    query_port: int = 16686
+    otlp_http_port: int = 14318
+    otlp_grpc_port: int = 14317
+    health_port: int = 13133
+    query_grpc_port: int = 16685
+    metrics_port: int = 18888
+    config: Path = JAEGER_CONFIG
+
+    @property
+    def query_url(self) -> str:
+        """The UI and the query APIs (/api/traces, /api/v3/...)."""
+        return f"http://{self.host}:{self.query_port}"
+
+    @property
+    def otlp_traces_url(self) -> str:
+        return f"http://{self.host}:{self.otlp_http_port}/v1/traces"
+
+    def child(self, log: Path) -> Child:
+        env = {
+            "JAEGER_LISTEN_HOST": self.host,
+            "JAEGER_QUERY_HTTP_PORT": str(self.query_port),
+            "JAEGER_QUERY_GRPC_PORT": str(self.query_grpc_port),
+            "JAEGER_OTLP_HTTP_PORT": str(self.otlp_http_port),
+            "JAEGER_OTLP_GRPC_PORT": str(self.otlp_grpc_port),
+            "JAEGER_HEALTH_PORT": str(self.health_port),
+            "JAEGER_METRICS_PORT": str(self.metrics_port),
+        }
+        return Child(
+            "jaeger",
+            [str(self.binary), "--config", str(self.config)],
+            f"http://{self.host}:{self.health_port}/status",
+            log,
+            env,
+        )
+
+
 @dataclass(frozen=True)
 class Stack:
     """Where the three processes listen and keep their data, and what each adds.
 
     `logs` defaults to `data_dir / "logs"`; `env` goes to every child on top of
-    `CHILD_ENV`; `collector_args` are appended to `spanbudget collect`'s.
+    `CHILD_ENV`; `collector_args` are appended to `spanbudget collect`'s. With `jaeger`,
+    the collector forwards every judged trace to it and links the web UI to it.
     """
 
     data_dir: Path
@@ -54,6 +105,7 @@ class Stack:
     logs: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     collector_args: Sequence[str] = ()
+    jaeger: Jaeger | None = None
 
     @property
     def collector_url(self) -> str:
@@ -64,7 +116,8 @@ class Stack:
         return f"http://{self.gateway}"
 
     def children(self) -> list[Child]:
-        """The collector, the engine emulator and the gateway, in the order to start them."""
+        """(Jaeger,) the collector, the engine emulator and the gateway, in the order to
+        start them."""
         env = {**CHILD_ENV, **self.env}
         otlp_env = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": self.collector_url}
         logs = self.logs or self.data_dir / "logs"
@@ -81,9 +134,12 @@ class Stack:
             str(self.data_dir / "verdicts.db"),
             "--decision-wait",
             self.decision_wait,
+            *self._to_jaeger(),
             *self.collector_args,
         )
+        first = [self.jaeger.child(logs / "jaeger.log")] if self.jaeger else []
         return [
+            *first,
             Child(
                 "collector",
                 _niced(collect, _COLLECTOR_NICE),
@@ -113,4 +169,17 @@ class Stack:
                 logs / "gateway.log",
                 {**otlp_env, "SPANBUDGET_API_KEYS": ""},
             ),
+        ]
+
+    def _to_jaeger(self) -> list[str]:
+        if self.jaeger is None:
+            return []
+        query = self.jaeger.query_url
+        return [
+            "--forward-otlp",
+            self.jaeger.otlp_traces_url,
+            "--jaeger-ui",
+            query,
+            "--jaeger-url",
+            query,
         ]

@@ -1,4 +1,6 @@
-"""Recent traces of one service from a running Jaeger v2, through its API v3 over HTTP."""
+"""Recent traces of one service from a running Jaeger v2, through its query API over HTTP:
+API v3 (`/api/v3/traces`, OTLP JSON) by default, or the API its UI uses (`/api/traces`,
+Jaeger UI JSON) when the URL names that path."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from spanbudget.collector.spans import Span
 __all__ = ["DEFAULT_LIMIT", "read_jaeger_api"]
 
 FIND_TRACES_PATH = "/api/v3/traces"
+LEGACY_SEARCH_PATH = "/api/traces"
 DEFAULT_LIMIT = 100
 DEFAULT_TIMEOUT_SECONDS = 30.0
 _ERROR_BODY_CHARS = 300
@@ -29,14 +32,21 @@ def read_jaeger_api(
 ) -> list[Span]:
     """Every span of up to `limit` traces of `service` that started in the last `since_seconds`.
 
-    `base_url` is Jaeger's query address, e.g. `http://127.0.0.1:16686`. No trace found is
-    an empty list; HTTP and connection errors raise `TraceReadError` naming the URL.
+    `base_url` is Jaeger's query address, e.g. `http://127.0.0.1:16686` (API v3), or that
+    address with `/api/traces` (the UI's API). Either way the traces come raw, as stored. No
+    trace found is an empty list; HTTP and connection errors raise `TraceReadError` naming
+    the URL.
     """
     if since_seconds <= 0 or limit <= 0:
         raise ValueError(f"since_seconds and limit must be positive: {since_seconds}, {limit}")
-    url = _find_traces_url(base_url)
     now = datetime.now(UTC)
-    params = _find_traces_params(service, now - timedelta(seconds=since_seconds), now, limit)
+    start = now - timedelta(seconds=since_seconds)
+    if base_url.rstrip("/").endswith(LEGACY_SEARCH_PATH):
+        url = base_url.rstrip("/")
+        params = _legacy_search_params(service, start, now, limit)
+    else:
+        url = _find_traces_url(base_url)
+        params = _find_traces_params(service, start, now, limit)
     try:
         if client is None:
             with httpx.Client(timeout=DEFAULT_TIMEOUT_SECONDS) as own_client:
@@ -67,7 +77,9 @@ def _find_traces_params(
     """Query parameters under both spellings Jaeger v2 has used.
 
     Jaeger ≥ 2.1x reads camelCase names and prefers them over the snake_case ones, which
-    earlier v2 releases read and later ones drop; sending both works with either.
+    earlier v2 releases read and later ones drop; sending both works with either. The
+    number of traces had a third name, `query.num_traces`, up to at least v2.12, which
+    answers 500 to a search without it.
     Raw traces: the evaluator makes its own clock-skew adjustment, as the live collector
     does, so Jaeger's adjusters must not have run first.
     """
@@ -75,10 +87,25 @@ def _find_traces_params(
         ("query.serviceName", "query.service_name"): service,
         ("query.startTimeMin", "query.start_time_min"): _rfc3339(start_min),
         ("query.startTimeMax", "query.start_time_max"): _rfc3339(start_max),
-        ("query.searchDepth", "query.search_depth"): str(limit),
+        ("query.searchDepth", "query.search_depth", "query.num_traces"): str(limit),
         ("query.rawTraces", "query.raw_traces"): "true",
     }
     return httpx.QueryParams([(name, value) for names, value in values.items() for name in names])
+
+
+def _legacy_search_params(
+    service: str, start: datetime, end: datetime, limit: int
+) -> httpx.QueryParams:
+    """The UI API's search: times in microseconds since the epoch, raw traces as for v3."""
+    return httpx.QueryParams(
+        {
+            "service": service,
+            "start": str(int(start.timestamp() * 1e6)),
+            "end": str(int(end.timestamp() * 1e6)),
+            "limit": str(limit),
+            "raw": "true",
+        }
+    )
 
 
 def _rfc3339(moment: datetime) -> str:

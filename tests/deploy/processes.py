@@ -6,12 +6,18 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from spanbudget.processes import Child
+from tests.support.binaries import go_binary
 from tests.support.otlp import to_request
+from tests.support.servers import free_port
 from tests.support.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,3 +73,91 @@ def send_overrun_trace(collector: str, trace_id: str) -> None:
             return
         time.sleep(0.1)
     pytest.fail("the collector never decided the trace")
+
+
+@dataclass(frozen=True)
+class Otelcol:
+    """The Collector `make binaries` builds, running one of the repository's deploy/otelcol*
+    files on free ports of 127.0.0.1 (the files' OTELCOL_* variables), `env` on top."""
+
+    config: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    otlp_grpc_port: int = field(default_factory=free_port)
+    otlp_http_port: int = field(default_factory=free_port)
+    annotated_port: int = field(default_factory=free_port)
+    health_port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
+
+    @property
+    def otlp_http(self) -> str:
+        return f"http://127.0.0.1:{self.otlp_http_port}"
+
+    @property
+    def otlp_grpc(self) -> str:
+        return f"127.0.0.1:{self.otlp_grpc_port}"
+
+    @property
+    def annotated(self) -> str:
+        return f"http://127.0.0.1:{self.annotated_port}/v1/traces"
+
+    def metrics(self) -> str:
+        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+
+    def child(self, name: str, logs: Path) -> Child:
+        env = {
+            "OTELCOL_LISTEN_HOST": "127.0.0.1",
+            "OTELCOL_OTLP_GRPC_PORT": str(self.otlp_grpc_port),
+            "OTELCOL_OTLP_HTTP_PORT": str(self.otlp_http_port),
+            "OTELCOL_ANNOTATED_PORT": str(self.annotated_port),
+            "OTELCOL_HEALTH_PORT": str(self.health_port),
+            "OTELCOL_METRICS_PORT": str(self.metrics_port),
+            **self.env,
+        }
+        command = [
+            str(go_binary("otelcol-spanbudget")),
+            "--config",
+            str(REPO / "deploy" / self.config),
+        ]
+        return Child(
+            name, command, f"http://127.0.0.1:{self.health_port}/", logs / f"{name}.log", env
+        )
+
+
+def budget_collector(name: str, port: int, data: Path, *extra: str) -> Child:
+    """`spanbudget collect` on 127.0.0.1:`port`, its store under `data`, untraced."""
+    command = spanbudget_command(
+        "collect",
+        *("--listen", f"127.0.0.1:{port}"),
+        *("--budget", str(REPO / "budget.yaml")),
+        *("--db", str(data / f"{name}.db")),
+        *("--decision-wait", "0.5s"),
+        *extra,
+    )
+    env = {"HF_HUB_OFFLINE": "1", "OTEL_SDK_DISABLED": "true"}
+    return Child(name, command, f"http://127.0.0.1:{port}/readyz", data / f"{name}.log", env)
+
+
+def metric_total(text: str, name: str, **labels: str) -> float:
+    """The sum of a Prometheus text exposition's samples of `name` (or `name`_total, the
+    counters' suffix which the Collector's own telemetry leaves out) with these labels."""
+    total = 0.0
+    for line in text.splitlines():
+        sample = line.split("{", 1)[0].split(" ", 1)[0]
+        if sample not in (name, f"{name}_total"):
+            continue
+        if all(f'{key}="{value}"' in line for key, value in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def all_verdicts(collector: str) -> dict[str, dict[str, Any]]:
+    """Every verdict a budget collector stores, by trace id (paged through the API)."""
+    found: dict[str, dict[str, Any]] = {}
+    params: dict[str, str | int] = {"limit": 1000}
+    while True:
+        page = httpx.get(f"{collector}/api/verdicts", params=params, timeout=10).json()
+        for verdict in page:
+            found[verdict["trace_id"]] = verdict
+        if len(page) < 1000:
+            return found
+        params["before"] = page[-1]["trace_id"]

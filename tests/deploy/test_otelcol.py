@@ -1,13 +1,18 @@
-"""The OTel Collector configs against the otelcol-contrib 0.159.0 manifest and the compose stack."""
+"""The OTel Collector configs: loaded and validated by the Collector `make binaries` builds,
+their components all in the otelcol-contrib manifest (so the compose stack's contrib image
+runs them), and wired as the compose stack expects."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.support.binaries import go_binary
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = ("otelcol.yaml", "otelcol-loadbalancing.yaml", "otelcol-shard.yaml")
@@ -81,6 +86,12 @@ def test_pipelines_reference_defined_components_and_use_all_of_them(name: str) -
         assert pipeline["exporters"], pipeline_id
         for kind in ("receivers", "processors", "exporters"):
             used[kind].update(pipeline.get(kind, []))
+    # A connector is an exporter of one pipeline and a receiver of another.
+    for connector in config.get("connectors") or {}:
+        assert connector in used["exporters"] & used["receivers"], f"{name}: {connector}"
+        used["connectors"].add(connector)
+        used["exporters"].discard(connector)
+        used["receivers"].discard(connector)
     for kind in KINDS:
         defined = set(config.get(kind) or {})
         assert used[kind] <= defined, f"{name}: {kind} {used[kind] - defined} are not defined"
@@ -88,18 +99,43 @@ def test_pipelines_reference_defined_components_and_use_all_of_them(name: str) -
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_receivers_bind_all_interfaces_and_memory_limiter_comes_first(name: str) -> None:
+def test_the_built_collector_validates_the_config(name: str, tmp_path: Path) -> None:
+    """`otelcol validate` builds every component from the file: types, keys and values."""
+    otelcol = str(go_binary("otelcol-spanbudget"))
+    config = REPO / "deploy" / name
+    result = subprocess.run(
+        [otelcol, "validate", "--config", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    broken = yaml.safe_load(config.read_text())
+    broken["processors"]["memory_limiter"]["check_intervall"] = "1s"  # the check bites
+    (tmp_path / name).write_text(yaml.safe_dump(broken))
+    result = subprocess.run(
+        [otelcol, "validate", "--config", str(tmp_path / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "check_intervall" in result.stderr
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_listeners_default_to_all_interfaces_and_memory_limiter_comes_first(name: str) -> None:
+    """In a container every endpoint listens on all interfaces; OTELCOL_LISTEN_HOST moves
+    them (the tests run the same files on 127.0.0.1)."""
     config = _load(name)
-    for receiver_id, receiver in config["receivers"].items():
-        for protocol, settings in receiver["protocols"].items():
-            host, _, port = settings["endpoint"].rpartition(":")
-            assert host == "0.0.0.0", f"{name}: {receiver_id}.{protocol}"
-            assert port.isdigit(), f"{name}: {receiver_id}.{protocol}"
+    endpoints = [config["extensions"]["health_check"]["endpoint"]]
+    for receiver in config["receivers"].values():
+        endpoints += [settings["endpoint"] for settings in receiver["protocols"].values()]
+    for endpoint in endpoints:
+        host, _, port = endpoint.partition("}:")
+        assert _env_default(host + "}") == "0.0.0.0", f"{name}: {endpoint}"
+        assert _env_default(port).isdigit(), f"{name}: {endpoint}"
     for pipeline_id, pipeline in config["service"]["pipelines"].items():
         assert pipeline["processors"][0] == "memory_limiter", f"{name}: {pipeline_id}"
-    assert config["extensions"]["health_check"]["endpoint"] == "0.0.0.0:13133"
     prometheus = config["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]
-    assert prometheus["prometheus"] == {"host": "0.0.0.0", "port": 8888}
+    assert _env_default(prometheus["prometheus"]["host"]) == "0.0.0.0"
 
 
 def _env_default(value: str) -> str:
@@ -111,7 +147,7 @@ def _env_default(value: str) -> str:
 def test_front_collector_feeds_the_budget_collector_and_jaeger_gets_annotated_spans() -> None:
     config = _load("otelcol.yaml")
     pipelines = config["service"]["pipelines"]
-    assert pipelines["traces/intake"]["exporters"] == ["otlp_http/budget"]
+    assert pipelines["traces/intake"]["exporters"] == ["otlp_http/budget", "span_metrics"]
     assert pipelines["traces/annotated"]["exporters"] == ["otlp_grpc/jaeger"]
     budget = _env_default(config["exporters"]["otlp_http/budget"]["endpoint"])
     assert budget == "http://budget-collector:4318"
@@ -123,16 +159,18 @@ def test_forward_port_and_load_balancer_match_the_compose_stack() -> None:
     command = compose["budget-collector"]["command"]
     forward = command[command.index("--forward-otlp") + 1]
     annotated = _load("otelcol.yaml")["receivers"]["otlp/annotated"]["protocols"]["http"]
-    assert forward == f"http://otel-collector:{annotated['endpoint'].rpartition(':')[2]}/v1/traces"
+    port = _env_default(annotated["endpoint"].partition("}:")[2])
+    assert forward == f"http://otel-collector:{port}/v1/traces"
 
     balancer = _load("otelcol-loadbalancing.yaml")["exporters"]["load_balancing"]
     assert balancer["routing_key"] == "traceID"
-    dns = balancer["resolver"]["dns"]
-    alias = _env_default(dns["hostname"])
-    assert alias in compose["budget-collector"]["networks"]["default"]["aliases"]
-    assert alias in compose["budget-collector-2"]["networks"]["default"]["aliases"]
+    backends = yaml.safe_load(_env_default(balancer["resolver"]["static"]["hostnames"]))
     shard = _load("otelcol-shard.yaml")
-    assert shard["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].endswith(f":{dns['port']}")
+    grpc = shard["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    grpc_port = _env_default(grpc.partition("}:")[2])
+    assert backends == [f"budget-collector:{grpc_port}", f"budget-collector-2:{grpc_port}"]
+    environment = compose["otel-collector"]["environment"]
+    assert yaml.safe_load(environment["BUDGET_COLLECTORS"]) == backends
     assert (
         _env_default(shard["exporters"]["otlp_http/budget"]["endpoint"]) == "http://127.0.0.1:4318"
     )

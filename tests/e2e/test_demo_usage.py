@@ -14,7 +14,8 @@ from spanbudget.collector.loadtest.client import RequestRecord
 from spanbudget.collector.loadtest.files import write_results
 from spanbudget.collector.loadtest.records import RequestResult
 from spanbudget.collector.loadtest.report import build_report
-from spanbudget.demo import retrieval_waits, what_to_look_at
+from spanbudget.demo import DemoSettings, retrieval_waits, stack_of, what_to_look_at
+from spanbudget.stack import JAEGER_CONFIG
 from tests.collector.live.harness import running_collector
 from tests.support.otlp import to_request
 from tests.support.reports import INFO, make_results
@@ -95,3 +96,34 @@ def test_the_demo_says_how_long_retrieval_waited_for_cpu(tmp_path: Path) -> None
         "burst: 8.0 ms for a model call (embeddings.queue), "
         "5.0 ms for the gateway's event loop (embeddings.loop_wait)"
     )
+
+
+def test_demo_with_jaeger_starts_it_first_and_forwards_every_trace_to_it(tmp_path: Path) -> None:
+    """`demo --jaeger BINARY`: Jaeger starts before the collector, on its own ports (not the
+    collector's 4318), with the packaged deploy/jaeger.yaml; the collector forwards to it
+    and links its web UI to it. tests/deploy/test_jaeger.py runs this stack for real."""
+    binary = tmp_path / "jaeger"
+    settings = DemoSettings(jaeger=binary, data_dir=tmp_path)
+    jaeger, collector, *_ = stack_of(settings, REPO / "budget.yaml").children()
+    assert jaeger.name == "jaeger"
+    assert list(jaeger.argv) == [str(binary), "--config", str(JAEGER_CONFIG)]
+    assert JAEGER_CONFIG.read_bytes() == (REPO / "deploy" / "jaeger.yaml").read_bytes()
+    assert jaeger.env["JAEGER_LISTEN_HOST"] == "127.0.0.1"
+    assert jaeger.env["JAEGER_OTLP_HTTP_PORT"] != settings.collector.rpartition(":")[2]
+    argv = list(collector.argv)
+    forward = argv[argv.index("--forward-otlp") + 1]
+    assert forward == f"http://127.0.0.1:{jaeger.env['JAEGER_OTLP_HTTP_PORT']}/v1/traces"
+    assert argv[argv.index("--jaeger-ui") + 1] == "http://127.0.0.1:16686"
+    assert argv[argv.index("--jaeger-url") + 1] == "http://127.0.0.1:16686"
+    without = stack_of(DemoSettings(data_dir=tmp_path), REPO / "budget.yaml").children()
+    assert [child.name for child in without] == ["collector", "engine", "gateway"]
+
+
+def test_demo_with_a_missing_jaeger_binary_exits_2(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    result = CliRunner().invoke(
+        app, ["demo", "--exit", "--jaeger", str(tmp_path / "nope"), "--data-dir", str(data)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "--jaeger" in result.output
+    assert not data.exists()

@@ -21,19 +21,10 @@ from spanbudget.collector.loadtest.files import read_results
 from spanbudget.processes import Supervisor
 from spanbudget.stack import spanbudget_command
 from tests.support.servers import free_port
-from tests.support.stack import local_stack
+from tests.support.stack import ingest_small_corpus, local_stack
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {"HF_HUB_OFFLINE": "1", "OTEL_BSP_SCHEDULE_DELAY": "200", "PYTHONUNBUFFERED": "1"}
-DOCS = {
-    "with.md": "# The with statement\n\nThe with statement wraps a block with methods defined "
-    "by a context manager: __enter__ runs first, __exit__ always runs last, even when the "
-    "block raises.\n",
-    "generators.txt": "Generators\n\nA generator function contains yield. Calling it returns "
-    "an iterator; each next() runs the body to the following yield.\n",
-    "slices.rst": "Slices\n======\n\nA slice a[i:j:k] selects items from i up to j in steps "
-    "of k; negative steps walk backwards and omitted bounds default to the ends.\n",
-}
 
 
 @dataclass
@@ -46,20 +37,8 @@ class Running:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     root = tmp_path_factory.mktemp("stack")
-    docs = root / "docs"
-    docs.mkdir()
-    for name, text in DOCS.items():
-        (docs / name).write_text(text)
-    data = root / "data"
     env = {**ENV}
-    subprocess.run(
-        spanbudget_command("ingest", str(docs), "--data-dir", str(data)),
-        check=True,
-        timeout=300,
-        capture_output=True,
-        env={**os.environ, **env},
-        cwd=REPO,
-    )
+    data = ingest_small_corpus(root, env)
     spec = local_stack(data, root, env)
     collector = spec.collector_url
     children = spec.children()

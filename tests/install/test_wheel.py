@@ -34,7 +34,8 @@ def copy_sources(to: Path) -> Path:
     """What a clean clone has of what the wheel is built from: a checkout's `build/` holds
     the modules of earlier builds, which setuptools would put in the wheel again."""
     to.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md", "budget.yaml"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "budget.yaml", "deploy/jaeger.yaml"):
+        (to / name).parent.mkdir(exist_ok=True)
         shutil.copy(REPO / name, to / name)
     for part in SOURCE_ROOTS:  # spanbudget/ links to service/ and collector/: kept as links
         shutil.copytree(
@@ -104,6 +105,7 @@ def test_the_wheel_holds_one_namespace_and_the_default_budget(wheel: Path) -> No
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         packaged = archive.read("spanbudget/budget.yaml")
+        jaeger_config = archive.read("spanbudget/jaeger.yaml")  # for `demo --jaeger`
     top = {name.split("/", 1)[0] for name in names}
     assert top == {"spanbudget", "-".join(wheel.name.split("-")[:2]) + ".dist-info"}
     # The evaluator's fast path, compiled for this Python, with its types beside it.
@@ -113,6 +115,7 @@ def test_the_wheel_holds_one_namespace_and_the_default_budget(wheel: Path) -> No
     assert "spanbudget/collector/judging/_judge.pyi" in names
     assert "spanbudget/collector/judging/_judge.c" not in names  # Cython's output, 1.3 MB
     assert packaged == (REPO / "budget.yaml").read_bytes()
+    assert jaeger_config == (REPO / "deploy" / "jaeger.yaml").read_bytes()
     for data in (
         "collector/live/ui/templates/overview.html",
         "collector/live/ui/templates/trace.html",

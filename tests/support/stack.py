@@ -1,15 +1,45 @@
 """The embedded stack (`spanbudget.stack.Stack`) on free loopback ports, as the end-to-end,
-web UI and preset tests start it: the repository's budget, a short decision wait."""
+web UI, preset and Jaeger tests start it: the repository's budget, a short decision wait,
+and a corpus of three small documents ingested in seconds."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from spanbudget.stack import Stack
+from spanbudget.stack import Jaeger, Stack, spanbudget_command
 from tests.support.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
+SMALL_CORPUS = {
+    "with.md": "# The with statement\n\nThe with statement wraps a block with methods defined "
+    "by a context manager: __enter__ runs first, __exit__ always runs last, even when the "
+    "block raises.\n",
+    "generators.txt": "Generators\n\nA generator function contains yield. Calling it returns "
+    "an iterator; each next() runs the body to the following yield.\n",
+    "slices.rst": "Slices\n======\n\nA slice a[i:j:k] selects items from i up to j in steps "
+    "of k; negative steps walk backwards and omitted bounds default to the ends.\n",
+}
+
+
+def ingest_small_corpus(root: Path, env: Mapping[str, str]) -> Path:
+    """The data folder under `root` with `SMALL_CORPUS` ingested into its Qdrant shard."""
+    docs = root / "docs"
+    docs.mkdir()
+    for name, text in SMALL_CORPUS.items():
+        (docs / name).write_text(text)
+    data = root / "data"
+    subprocess.run(
+        spanbudget_command("ingest", str(docs), "--data-dir", str(data)),
+        check=True,
+        timeout=300,
+        capture_output=True,
+        env={**os.environ, **env},
+        cwd=REPO,
+    )
+    return data
 
 
 def local_stack(
@@ -17,8 +47,21 @@ def local_stack(
     logs: Path,
     env: Mapping[str, str],
     collector_args: Sequence[str] = (),
+    jaeger_binary: Path | None = None,
 ) -> Stack:
-    """The three processes on free ports of 127.0.0.1, their data in `data`, logs in `logs`."""
+    """The three processes on free ports of 127.0.0.1, their data in `data`, logs in `logs`;
+    with `jaeger_binary`, Jaeger too, every port of it free."""
+    jaeger = None
+    if jaeger_binary is not None:
+        jaeger = Jaeger(
+            jaeger_binary,
+            query_port=free_port(),
+            otlp_http_port=free_port(),
+            otlp_grpc_port=free_port(),
+            health_port=free_port(),
+            query_grpc_port=free_port(),
+            metrics_port=free_port(),
+        )
     return Stack(
         data_dir=data,
         budget=REPO / "budget.yaml",
@@ -29,4 +72,5 @@ def local_stack(
         logs=logs,
         env=env,
         collector_args=collector_args,
+        jaeger=jaeger,
     )

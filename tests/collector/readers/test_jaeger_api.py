@@ -96,7 +96,7 @@ def test_reads_the_fixture_and_sends_the_find_traces_query(
         assert query[canonical] == query[older], canonical
         assert len(query[canonical]) == 1, canonical
     assert query["query.serviceName"] == ["rag-gateway"]
-    assert query["query.searchDepth"] == ["25"]
+    assert query["query.searchDepth"] == query["query.num_traces"] == ["25"]  # v2.12's name
     assert query["query.rawTraces"] == ["true"]
     start_min = datetime.fromisoformat(query["query.startTimeMin"][0])
     start_max = datetime.fromisoformat(query["query.startTimeMax"][0])
