@@ -71,6 +71,18 @@ def collect(
             help="Jaeger query base URL (API v3): the web UI reads spans it no longer keeps."
         ),
     ] = None,
+    pull_jaeger: Annotated[
+        str | None,
+        typer.Option(
+            help="One view over many collectors: also judge the traces the others forwarded"
+            " to this Jaeger (query address; with --pull-service).",
+            show_default=False,
+        ),
+    ] = None,
+    pull_service: Annotated[
+        str | None,
+        typer.Option(help="With --pull-jaeger: the service whose traces to read."),
+    ] = None,
     decision_wait: Annotated[
         str | None,
         typer.Option(
@@ -114,6 +126,8 @@ def collect(
 
         spanbudget collect --forward-otlp http://127.0.0.1:4319 \\
             --forward-keep overrun,error --forward-sample 0.05
+
+        spanbudget collect --pull-jaeger http://127.0.0.1:16686 --pull-service rag-gateway
     """
     from pydantic import ValidationError
 
@@ -135,6 +149,8 @@ def collect(
         "alert_window_scale": alert_window_scale,
         "jaeger_ui": jaeger_ui,
         "jaeger_url": jaeger_url,
+        "pull_jaeger": pull_jaeger,
+        "pull_service": pull_service,
         "receiver_token": receiver_token,
         "max_body_bytes": max_body_bytes,
     }
@@ -177,11 +193,14 @@ def _problems(exc: Any, given: dict[str, Any]) -> str:
     problems = []
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if not field:  # a rule over several settings names its flags itself
+            problems.append(message)
+            continue
         if field in given:
             where = _FLAGS.get(field, "--" + field.replace("_", "-"))
         else:
             where = f"SPANBUDGET_COLLECTOR_{field.upper()}"
-        message = str(error["msg"]).removeprefix("Value error, ")
         problems.append(f"{where}: {message} (got {error['input']!r})")
     return "; ".join(problems)
 
@@ -227,6 +246,12 @@ def run(settings: Any) -> int:
         if forwarder
         else "",
     )
+    if pipeline.pull is not None:
+        log.info(
+            "judging the traces of %r found in Jaeger at %s too",
+            settings.pull_service,
+            settings.pull_jaeger,
+        )
     tune_for_throughput()
     started = False
     try:

@@ -38,11 +38,13 @@ from spanbudget.collector.live.assembly import Assembly
 from spanbudget.collector.live.core import JudgingCore
 from spanbudget.collector.live.forward import Forwarder
 from spanbudget.collector.live.intake import Batch, decode_export
+from spanbudget.collector.live.jaeger_pull import JaegerPull
 from spanbudget.collector.live.metrics import CollectorMetrics, MetricsSink
 from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.live.sinks import VerdictSink
 from spanbudget.collector.live.span_store import SpanSink, SpanStore
 from spanbudget.collector.live.store import StoreSink, VerdictStore
+from spanbudget.collector.readers import read_jaeger_api
 
 __all__ = ["Pipeline", "assemble"]
 
@@ -61,6 +63,7 @@ class Pipeline:
     alerts: AlertEngine | None  # the burn-rate rules, None without them
     dispatcher: Dispatcher | None  # sends the rules' alerts to the log, Alertmanager, a webhook
     forwarder: Forwarder | None
+    pull: JaegerPull | None = None  # traces other collectors sent to Jaeger, judged here
 
     def decode(
         self, body: bytes, *, content_type: str | None, content_encoding: str | None
@@ -77,10 +80,12 @@ class Pipeline:
         )
 
     def start(self) -> None:
-        """Start the core's worker, then the alert rules' timer."""
+        """Start the core's worker, then the alert rules' timer and the pull from Jaeger."""
         self.core.start()
         if self.alerts is not None:
             self.alerts.start()
+        if self.pull is not None:
+            self.pull.start()
 
     def reload_budget(self, path: Path) -> bool:
         """Validate `path` and switch to it; on error keep the current budget. Logs which.
@@ -101,6 +106,8 @@ class Pipeline:
     def close(self) -> None:
         """Refuse new spans, judge everything held now, close the sinks (the stores close,
         the forwarder drains for up to `shutdown_drain_seconds`), then the alerts."""
+        if self.pull is not None:
+            self.pull.close()
         self.core.close()
         if self.alerts is not None:
             self.alerts.close()
@@ -186,4 +193,18 @@ def assemble(
     core.remember(trace_id for trace_id, _ in recent)
     if forwarder is not None:  # so that late spans of kept traces follow them
         forwarder.policy.remember(recent)
-    return Pipeline(settings, core, metrics, store, spans, engine, dispatcher, forwarder)
+    pull = None
+    if settings.pull_jaeger is not None and settings.pull_service is not None:
+        pull = JaegerPull(
+            core,
+            store,
+            lambda url, service, since, limit: read_jaeger_api(url, service, since, limit=limit),
+            url=settings.pull_jaeger,
+            service=settings.pull_service,
+            every_s=settings.pull_every_seconds,
+            window_s=settings.pull_window_seconds,
+            settle_s=settings.pull_settle_seconds,
+            limit=settings.pull_limit,
+            memory=settings.decided_memory,
+        )
+    return Pipeline(settings, core, metrics, store, spans, engine, dispatcher, forwarder, pull)

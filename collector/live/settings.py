@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from spanbudget.collector.live.forward_policy import parse_keep
@@ -74,6 +74,14 @@ class CollectorSettings(BaseSettings):
     forward_max_elapsed_seconds: float = Field(default=300.0, gt=0)
     shutdown_drain_seconds: float = Field(default=5.0, ge=0)
 
+    # One view over many collectors (live/jaeger_pull.py): judge what they sent to Jaeger.
+    pull_jaeger: str | None = None  # Jaeger's query address (API v3), or with /api/traces
+    pull_service: str | None = None  # whose traces to search for
+    pull_every_seconds: float = Field(default=5.0, gt=0)
+    pull_window_seconds: float = Field(default=300.0, gt=0)  # how far back each search looks
+    pull_settle_seconds: float = Field(default=5.0, ge=0)  # a trace's last span ended as long ago
+    pull_limit: int = Field(default=1_000, gt=0)  # traces per search
+
     @field_validator("listen")
     @classmethod
     def _check_listen(cls, value: str) -> str:
@@ -86,6 +94,12 @@ class CollectorSettings(BaseSettings):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError(f"must be an http(s) URL, e.g. http://127.0.0.1:4318: {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _check_pull(self) -> CollectorSettings:
+        if self.pull_jaeger is not None and not self.pull_service:
+            raise ValueError("--pull-jaeger needs --pull-service: the service to search for")
+        return self
 
     @field_validator("forward_keep")
     @classmethod

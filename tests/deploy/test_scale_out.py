@@ -215,12 +215,20 @@ def test_a_collector_stopped_and_restarted_mid_run(tmp_path: Path, how: signal.S
         )
         lost = len(ids - set(seen))
         shard = stack.shards[1].metrics()
+        balancer = [
+            line
+            for line in stack.front.metrics().splitlines()
+            if line.startswith(
+                ("otelcol_loadbalancer_backend_outcome", "otelcol_loadbalancer_num_backends")
+            )
+        ]
         print(
             f"\n{how.name}: {len(sent)} traces sent; judged per collector "
             f"{[len(share) for share in shares]}; incomplete {incomplete}; "
             f"duplicates {duplicates}; lost {lost}; shard 1 exporter: sent "
             f"{metric_total(shard, 'otelcol_exporter_sent_spans'):.0f} spans, failed "
-            f"{metric_total(shard, 'otelcol_exporter_send_failed_spans'):.0f}"
+            f"{metric_total(shard, 'otelcol_exporter_send_failed_spans'):.0f}\n"
+            "the balancer: " + "\n  ".join(balancer)
         )
         assert duplicates == 0  # the balancer keeps each trace id on one collector
         assert set(seen) <= ids
@@ -230,3 +238,44 @@ def test_a_collector_stopped_and_restarted_mid_run(tmp_path: Path, how: signal.S
         else:  # what the killed collector acknowledged and had not judged: a third at most
             assert lost + len(seen) == len(sent)
             assert lost < len(sent) / SHARDS
+
+
+def test_one_view_over_three_collectors_from_jaeger(tmp_path: Path) -> None:
+    """A fourth collector with --pull-jaeger judges what the three forwarded to Jaeger: every
+    trace is findable in its API and web UI, and its overview's figures equal those of one
+    collector given all the traffic."""
+    sent = traffic(300, seed=37, ended_ago_s=30)
+    with scale_out(tmp_path) as stack, httpx.Client(timeout=10) as client:
+        port = free_port()
+        view = budget_collector(
+            "view",
+            port,
+            tmp_path,
+            *("--pull-jaeger", stack.jaeger.query_url, "--pull-service", "rag-gateway"),
+        )
+        view.env = {**view.env, "SPANBUDGET_COLLECTOR_PULL_EVERY_SECONDS": "1"}
+        stack.supervisor.start(view)
+        stack.supervisor.wait_healthy(view, 60)
+        for start in range(0, len(sent), 20):
+            send(client, stack.front.otlp_http, sent[start : start + 20])
+            send(client, stack.reference, sent[start : start + 20])
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: len(all_verdicts(url)) == len(sent), "the view", timeout=90, every=1)
+        shares = _settled(stack, len(sent))
+        assert sum(len(share) for share in shares) == len(sent)
+        assert all(0 < len(share) < len(sent) for share in shares)  # each sees a part only
+        seen = all_verdicts(url)
+        alone = all_verdicts(stack.reference)
+        assert set(seen) == {trace.trace_id for trace in sent}
+        assert all(_same_verdict(seen[t], alone[t]) for t in seen)
+
+        def summary(base: str) -> dict[str, Any]:
+            figures: dict[str, Any] = client.get(f"{base}/api/summary").json()
+            figures["stages"] = {stage.pop("name"): stage for stage in figures["stages"]}
+            return figures
+
+        assert summary(url) == summary(stack.reference)
+        overview = client.get(f"{url}/")
+        assert overview.status_code == 200
+        trace_page = client.get(f"{url}/traces/{sent[0].trace_id}")
+        assert trace_page.status_code == 200

@@ -26,11 +26,20 @@ async def read_asgi_body(receive: Callable[[], Awaitable[Any]]) -> bytes:
             return body
 
 
+_GIVEN: set[int] = set()  # ports handed out in this test session
+
+
 def free_port() -> int:
-    """A port on 127.0.0.1 that was free a moment ago (for a process that binds it itself)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port on 127.0.0.1 that was free a moment ago (for a process that binds it itself),
+    and not handed out before in this session: a test that starts a dozen processes would
+    otherwise, now and then, be given one port twice."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def wait_until(
