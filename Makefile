@@ -11,12 +11,20 @@ export TRANSFORMERS_OFFLINE := 1
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch is pinned in the same install as everything else so that no CUDA build is pulled:
-# the package itself pins no torch (see pyproject.toml's reference extra).
+# torch is pinned in the same install as everything else, so that no other build is pulled
+# (the package itself pins no torch: see pyproject.toml's reference extra). torch==2.13.0
+# comes from PyPI with its CUDA libraries, about 4 GB, and pip's HTTP cache does not keep
+# it on this kind of machine (responses reach it without Cache-Control headers, so its HTTP
+# cache stores nothing): it is downloaded once into a
+# wheelhouse outside the repository, which every venv (and the wheel test's) installs from.
 # The install also compiles the evaluator's fast path (setup.py): a change to it rebuilds.
+TORCH := torch==2.13.0
+export SPANBUDGET_WHEELHOUSE ?= $(HOME)/.cache/spanbudget/wheels
 $(STAMP): pyproject.toml setup.py collector/judging/_judge.pyx | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.13.0 -e '.[reference,dev]'
+	$(BIN)/python -m pip download --quiet --dest $(SPANBUDGET_WHEELHOUSE) $(TORCH)
+	$(BIN)/python -m pip install --quiet --no-index --find-links $(SPANBUDGET_WHEELHOUSE) $(TORCH)
+	$(BIN)/python -m pip install --quiet --find-links $(SPANBUDGET_WHEELHOUSE) $(TORCH) -e '.[reference,dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
