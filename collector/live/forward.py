@@ -3,8 +3,11 @@
 `Forwarder` is a sink of the judging core: the spans of the traces its policy keeps
 (`forward_policy.ForwardPolicy`; by default every trace) go on as they arrived, the spans
 of judged traces with DESIGN §7's `budget.*` attributes added. A bounded queue off the
-worker thread and one sender thread; retries with backoff on 429, 5xx and connection
-errors; everything given up on is counted, never raised.
+worker thread and one sender thread; retries with capped, jittered exponential backoff on
+429, 5xx and connection errors, which new batches do not cut short. Spans are dropped only
+when the queue is at its bound (or at shutdown, or when a `max_elapsed` is set and passes),
+counted by reason, never raised. An outage logs one line when it starts and one when
+delivery resumes, not one per attempt.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -35,11 +39,20 @@ from spanbudget.collector.semconv import (
     BUDGET_TTFT_MS,
 )
 
-__all__ = ["Forwarder", "annotate", "build_request"]
+__all__ = ["Forwarder", "annotate", "backoff_delay", "build_request"]
 
 log = logging.getLogger(__name__)
 SINK = "otlp"
 _RETRYABLE = frozenset({429, 500, 502, 503, 504})
+# 2**_MAX_DOUBLINGS times any sane base is past any sane cap: no float ever overflows.
+_MAX_DOUBLINGS = 60
+
+
+def backoff_delay(attempt: int, base: float, cap: float, *, asked: float = 0.0) -> float:
+    """The wait before retry number `attempt + 1`: `base * 2**attempt` capped at `cap`, at
+    least what the server `asked` for (Retry-After), without jitter. Any attempt count is
+    fine: the exponent stops growing long before a float would overflow."""
+    return max(asked, min(base * 2.0 ** min(attempt, _MAX_DOUBLINGS), cap))
 
 
 def annotate(spans: Sequence[HeldSpan], judged: Judged) -> None:
@@ -113,9 +126,11 @@ class Forwarder:
     traces URL from a background thread, counting each decision in `metrics`.
 
     `consume` (and `submit`) never block: spans beyond `max_queue_spans` are dropped and
-    counted. A batch is retried (exponential backoff with jitter, `Retry-After` honoured)
-    until it is delivered, refused with a non-retryable status, or `max_elapsed` passes.
-    `close` keeps sending for up to `drain_seconds`, then drops (and counts) the rest.
+    counted (`queue_full`). A batch is retried (exponential backoff with jitter, capped at
+    `backoff_max`, `Retry-After` honoured) until it is delivered, refused with a
+    non-retryable status (`rejected`), or — only when `max_elapsed` is set — that long has
+    passed (`gave_up`); meanwhile the queue fills up to its bound. `close` keeps sending
+    for up to `drain_seconds`, then drops (and counts, `shutdown`) the rest.
     """
 
     name = SINK
@@ -155,7 +170,7 @@ class Forwarder:
         timeout: float,
         backoff: float,
         backoff_max: float,
-        max_elapsed: float,
+        max_elapsed: float | None = None,
         drain_seconds: float = 5.0,
         client: httpx.Client | None = None,
         policy: ForwardPolicy | None = None,
@@ -182,6 +197,7 @@ class Forwarder:
         self._cond = threading.Condition()
         self._closing = False
         self._deadline = float("inf")
+        self._outage: _Outage | None = None  # set while deliveries fail, for its two log lines
         self._thread = threading.Thread(target=self._run, name="spanbudget-forward", daemon=True)
         self._thread.start()
 
@@ -268,20 +284,32 @@ class Forwarder:
             wait = self._attempt(body)
             if wait is None:
                 self.metrics.spans_forwarded.inc(len(batch))
+                self._recovered()
                 return
             if wait < 0:
                 self.metrics.forward_dropped.labels("rejected").inc(len(batch))
                 return
-            delay = max(wait, min(self.backoff * 2**attempt, self.backoff_max))
+            delay = backoff_delay(attempt, self.backoff, self.backoff_max, asked=wait)
             delay *= random.uniform(0.8, 1.2)
             attempt += 1
             now = time.monotonic()
-            if now + delay - started > self.max_elapsed or now + delay > self._deadline:
-                reason = "shutdown" if now + delay > self._deadline else "gave_up"
-                self.metrics.forward_dropped.labels(reason).inc(len(batch))
+            if now + delay > self._deadline:
+                self.metrics.forward_dropped.labels("shutdown").inc(len(batch))
                 return
-            with self._cond:  # sleeps, but wakes on close to re-check the deadline
-                self._cond.wait(delay)
+            if self.max_elapsed is not None and now + delay - started > self.max_elapsed:
+                self.metrics.forward_dropped.labels("gave_up").inc(len(batch))
+                return
+            self._sleep(now + delay)
+
+    def _sleep(self, until: float) -> None:
+        """Sleep until `until`; new batches do not cut it short, `close` does (to re-check
+        the drain deadline)."""
+        with self._cond:
+            while not self._closing:
+                left = until - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
 
     def _attempt(self, body: bytes) -> float | None:
         """None: delivered; -1: refused for good; else seconds the server asked us to wait."""
@@ -290,16 +318,50 @@ class Forwarder:
                 self.url, content=body, headers={"Content-Type": "application/x-protobuf"}
             )
         except httpx.HTTPError as exc:
-            self.metrics.export_failures.labels(SINK).inc()
-            log.warning("forward to %s failed: %s", self.url, exc)
+            self._failed(f"{type(exc).__name__}: {exc}")
             return 0.0
         if response.status_code < 300:
             return None
-        self.metrics.export_failures.labels(SINK).inc()
-        log.warning("forward to %s answered %d", self.url, response.status_code)
+        self._failed(f"HTTP {response.status_code}")
         if response.status_code not in _RETRYABLE:
             return -1
         return _retry_after(response.headers.get("retry-after"))
+
+    def _failed(self, why: str) -> None:
+        """Count a failed attempt; log it when it starts an outage, else only at debug."""
+        self.metrics.export_failures.labels(SINK).inc()
+        outage = self._outage
+        if outage is None:
+            self._outage = _Outage(time.monotonic())
+            log.warning(
+                "forward to %s failing (%s); retrying with backoff up to %gs, holding up to "
+                "%d spans meanwhile",
+                self.url,
+                why,
+                self.backoff_max,
+                self.max_queue_spans,
+            )
+        else:
+            outage.attempts += 1
+            log.debug("forward to %s still failing (%s)", self.url, why)
+
+    def _recovered(self) -> None:
+        outage = self._outage
+        if outage is None:
+            return
+        self._outage = None
+        log.warning(
+            "forward to %s delivering again after %.1fs and %d failed attempt(s)",
+            self.url,
+            time.monotonic() - outage.started,
+            outage.attempts,
+        )
+
+
+@dataclass(slots=True)
+class _Outage:
+    started: float  # monotonic time of the first failed attempt
+    attempts: int = 1
 
 
 def _decision(reason: str) -> str:

@@ -71,7 +71,8 @@ class CollectorSettings(BaseSettings):
     forward_timeout_seconds: float = Field(default=10.0, gt=0)
     forward_backoff_seconds: float = Field(default=0.5, gt=0)
     forward_backoff_max_seconds: float = Field(default=30.0, gt=0)
-    forward_max_elapsed_seconds: float = Field(default=300.0, gt=0)
+    # None: a batch is retried until delivered; spans are dropped only at the queue's bound.
+    forward_max_elapsed_seconds: float | None = Field(default=None, gt=0)
     shutdown_drain_seconds: float = Field(default=5.0, ge=0)
 
     # One view over many collectors (live/jaeger_pull.py): judge what they sent to Jaeger.

@@ -3,9 +3,14 @@ downstream that is down for a while loses nothing within the queue bound."""
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from spanbudget.collector.live.forward import backoff_delay
 from spanbudget.collector.live.sinks import Decisions
 from spanbudget.collector.semconv import (
     BUDGET_BLAME,
@@ -125,3 +130,83 @@ def test_spans_keep_their_otlp_originals_only_when_the_collector_forwards(
         assert {held.origin is not None for held in batch.spans} == {kept}
         if kept:
             assert [h.proto.name for h in batch.spans] == [h.span.name for h in batch.spans]
+
+
+def test_backoff_doubles_to_its_cap_and_never_overflows() -> None:
+    delays = [backoff_delay(attempt, 0.5, 30.0) for attempt in range(8)]
+    assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    # Past ~1,024 attempts 2**attempt no longer fits a float; an outage can last that long.
+    assert backoff_delay(5_000, 0.5, 30.0) == 30.0
+    assert backoff_delay(3, 0.5, 30.0, asked=45.0) == 45.0  # Retry-After wins when longer
+
+
+def test_an_outage_under_traffic_retries_at_the_backoff_rate_and_logs_twice(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """New batches arriving during an outage neither cut the backoff short (one attempt
+    per batch, as before) nor get dropped below the queue's bound; the log says when the
+    outage began and when delivery resumed, not every attempt."""
+    port = free_port()
+    receiver = Receiver()
+    traces = 60
+    caplog.set_level(logging.INFO, logger="spanbudget.collector.live.forward")
+    with running_collector(
+        tmp_path,
+        forward_url=f"http://127.0.0.1:{port}",
+        forward_backoff_seconds=0.05,
+        forward_backoff_max_seconds=0.4,
+        decision_wait_seconds=0.05,
+    ) as collector:
+        started = time.monotonic()
+        for i in range(traces):  # about 2 s of traffic, each trace decided on its own
+            send_spans(collector, rag_trace(trace_id=f"{i + 1:032x}").spans)
+            time.sleep(0.035)
+        collector.verdict(f"{traces:032x}")
+        outage = time.monotonic() - started
+        failures = collector.metric("spanbudget_export_failures_total", sink="otlp")
+        # 0.05 + 0.1 + 0.2 + 0.4 + 0.4 ... (±20 %) over the outage: about outage / 0.4 + 4.
+        assert 2 <= failures <= outage / 0.32 + 5, (failures, outage)
+        assert receiver.count() == 0
+        with ServerThread(receiver.app, port=port):
+            expected = traces * len(rag_trace().spans)
+            wait_until(lambda: receiver.count() == expected, "every span at the receiver")
+    dropped = [
+        collector.metric("spanbudget_forward_spans_dropped_total", reason=reason)
+        for reason in ("queue_full", "rejected", "gave_up", "shutdown")
+    ]
+    assert dropped == [0, 0, 0, 0]
+    lines = [r.getMessage() for r in caplog.records if r.name.endswith("live.forward")]
+    assert len(lines) == 2, lines
+    assert "failing" in lines[0]
+    assert "delivering again" in lines[1]
+
+
+def test_a_full_queue_drops_only_what_does_not_fit_and_counts_it(tmp_path: Path) -> None:
+    """The queue's bound is where spans are dropped in an outage, counted as queue_full;
+    what fitted is delivered when the downstream returns."""
+    port = free_port()
+    receiver = Receiver()
+    per_trace = len(rag_trace().spans)
+    with running_collector(
+        tmp_path,
+        forward_url=f"http://127.0.0.1:{port}",
+        forward_queue_spans=10 * per_trace,
+        forward_batch_spans=per_trace,
+    ) as collector:
+        for i in range(30):
+            send_spans(collector, rag_trace(trace_id=f"{i + 1:032x}").spans)
+        collector.verdict(f"{30:032x}")
+        wait_until(
+            lambda: (
+                collector.metric("spanbudget_forward_spans_dropped_total", reason="queue_full") > 0
+            ),
+            "the queue at its bound",
+        )
+        dropped = collector.metric("spanbudget_forward_spans_dropped_total", reason="queue_full")
+        with ServerThread(receiver.app, port=port):
+            wait_until(
+                lambda: receiver.count() + dropped == 30 * per_trace,
+                "what was queued delivered",
+            )
+        # At most the queue and the batch in hand survive the outage.
+        assert 10 * per_trace <= receiver.count() <= 11 * per_trace
