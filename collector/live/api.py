@@ -6,10 +6,13 @@ evaluation, storage or forwarding.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import re
 from typing import Annotated, Any
 
+import anyio
+import anyio.to_thread
 from fastapi import FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 
@@ -57,6 +60,12 @@ def create_app(pipeline: Pipeline) -> FastAPI:
             headers=headers,
         )
 
+    busy = IntakeError(503, "queue_full", "intake queue full, retry later")
+    retry_after = {"Retry-After": str(settings.retry_after_seconds)}
+    # Decoding runs on these threads, never on the event loop: /healthz, the API and the
+    # other uploads are served while a large or hostile body is inflated and parsed.
+    decoders = anyio.CapacityLimiter(settings.intake_decoders)
+
     @app.post("/v1/traces")
     async def export_traces(request: Request) -> Response:
         content_type = request.headers.get("content-type")
@@ -67,12 +76,18 @@ def create_app(pipeline: Pipeline) -> FastAPI:
                 as_json,
                 {"WWW-Authenticate": "Bearer"},
             )
+        if not pipeline.core.has_room():  # admission first: a refusal costs no decoding
+            return refuse(busy, as_json, retry_after)
         try:
             body = await _read_body(request, settings.max_body_bytes)
-            batch = pipeline.decode(
-                body,
-                content_type=content_type,
-                content_encoding=request.headers.get("content-encoding"),
+            batch = await anyio.to_thread.run_sync(
+                functools.partial(
+                    pipeline.decode,
+                    body,
+                    content_type=content_type,
+                    content_encoding=request.headers.get("content-encoding"),
+                ),
+                limiter=decoders,
             )
         except IntakeError as exc:
             return refuse(exc, as_json)
@@ -92,11 +107,7 @@ def create_app(pipeline: Pipeline) -> FastAPI:
             )
         if not pipeline.core.offer(batch.spans):
             metrics.spans_rejected.labels("queue_full").inc(len(batch.spans))
-            return refuse(
-                IntakeError(503, "queue_full", "intake queue full, retry later"),
-                as_json,
-                {"Retry-After": str(settings.retry_after_seconds)},
-            )
+            return refuse(busy, as_json, retry_after)
         metrics.spans_received.inc(len(batch.spans))
         message = f"{batch.rejected} span(s) over {settings.max_span_bytes} bytes were rejected"
         return Response(

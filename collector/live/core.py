@@ -116,6 +116,11 @@ class JudgingCore:
                 self._work.notify()
         return True
 
+    def has_room(self) -> bool:
+        """Whether `offer` would take anything now: cheap, for admission before decoding."""
+        with self._lock:
+            return not self._closing and self._queued_spans < self.max_queue_spans
+
     def set_budget(self, budget: Budget) -> None:
         """Judge against `budget` from the next step on (traces already judged stay so)."""
         with self._lock:

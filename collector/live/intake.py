@@ -104,21 +104,43 @@ def decode_export(
     return Batch(held, rejected)
 
 
-def gunzip_bounded(body: bytes, limit: int) -> bytes:
-    """Inflate gzip (all members) but never past `limit` bytes: a bomb costs at most that."""
+# Real OTLP exporters send one gzip member; concatenated members are valid gzip, but a body
+# of many empty ones costs a decompressor each while inflating to nothing.
+MAX_GZIP_MEMBERS = 64
+_GZIP_CHUNK = 64 * 1024
+
+
+def gunzip_bounded(body: bytes, limit: int, *, max_members: int = MAX_GZIP_MEMBERS) -> bytes:
+    """Inflate gzip but never past `limit` bytes (a bomb costs at most that) nor past
+    `max_members` members; input is fed in chunks, so the work grows with the body and
+    not faster (each member's leftover input is at most one chunk)."""
     out = bytearray()
-    data = body
-    while data:
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            out += inflater.decompress(data, limit + 1 - len(out))
-        except zlib.error as exc:
-            raise IntakeError(400, "malformed", f"bad gzip body: {exc}") from None
-        if len(out) > limit:
-            raise IntakeError(413, "too_large", f"body over {limit} bytes after decompression")
-        if not inflater.eof:
-            raise IntakeError(400, "malformed", "truncated gzip body")
-        data = inflater.unused_data
+    view = memoryview(body)
+    members = 0
+    inflater = None
+    for start in range(0, len(view), _GZIP_CHUNK):
+        pending: bytes | memoryview = view[start : start + _GZIP_CHUNK]
+        while pending:
+            if inflater is None:
+                members += 1
+                if members > max_members:
+                    raise IntakeError(
+                        400, "malformed", f"gzip body of more than {max_members} members"
+                    )
+                inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            try:
+                out += inflater.decompress(pending, limit + 1 - len(out))
+            except zlib.error as exc:
+                raise IntakeError(400, "malformed", f"bad gzip body: {exc}") from None
+            if len(out) > limit:
+                raise IntakeError(413, "too_large", f"body over {limit} bytes after decompression")
+            if inflater.eof:
+                pending = inflater.unused_data
+                inflater = None
+            else:
+                pending = b""
+    if inflater is not None or members == 0:
+        raise IntakeError(400, "malformed", "truncated gzip body")
     return bytes(out)
 
 

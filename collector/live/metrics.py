@@ -72,8 +72,10 @@ class CollectorMetrics:
         )
         self.spans_rejected = Counter(
             "spanbudget_spans_rejected",
-            "Spans refused: at intake (queue_full, span_too_large, malformed) or while"
-            " assembling (duplicate, trace_span_limit).",
+            "Spans refused: at intake (span_too_large, too_many_spans, queue_full when the"
+            " queue filled while the body was decoded) or while assembling (duplicate,"
+            " trace_span_limit). A request refused before decoding counts in"
+            " spanbudget_requests_rejected_total only.",
             ["reason"],
             registry=registry,
         )

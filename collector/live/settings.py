@@ -44,6 +44,7 @@ class CollectorSettings(BaseSettings):
     max_span_bytes: int = Field(default=64 * 1024, gt=0)  # one encoded span, attributes included
     intake_queue_spans: int = Field(default=50_000, gt=0)
     retry_after_seconds: int = Field(default=1, ge=0)
+    intake_decoders: int = Field(default=2, gt=0)  # threads decoding bodies off the event loop
 
     # Tail-based assembly.
     decision_wait_seconds: float = Field(default=2.0, ge=0)

@@ -104,6 +104,8 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise GatewayError(400, "request body is not valid JSON", code="invalid_json") from None
+    except RecursionError:  # `[[[[…` a hundred thousand deep: the parser's own limit
+        raise GatewayError(400, "request body nested too deeply", code="invalid_json") from None
     if not isinstance(data, dict):
         raise GatewayError(400, "request body must be a JSON object", code="invalid_json")
     try:

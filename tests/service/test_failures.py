@@ -97,6 +97,7 @@ async def test_body_over_the_limit_is_413(make_gateway: GatewayFactory) -> None:
     ("body", "param"),
     [
         (b"{not json", None),
+        (b'{"messages": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", None),  # nested too deep
         (json.dumps({"model": "test-model", "messages": []}).encode(), "messages"),
         (
             json.dumps({"model": "m", "messages": [{"role": "wizard", "content": "hi"}]}).encode(),

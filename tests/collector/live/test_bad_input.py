@@ -7,10 +7,14 @@ import gzip
 import json
 import random
 import resource
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
@@ -44,6 +48,13 @@ def _gzip_bomb(inflated_bytes: int) -> bytes:
     return gzip.compress(bytes(MIB)) * (inflated_bytes // MIB)
 
 
+def _empty_members(size: int) -> bytes:
+    """`size` bytes of empty gzip members (20 bytes each): inflating each one costs a
+    decompressor, and inflated they are nothing, so no size limit stops them."""
+    member = gzip.compress(b"")
+    return member * (size // len(member))
+
+
 def _one_span_with_attribute(size: int) -> bytes:
     spans = rag_trace(trace_id="e" * 32).spans[:1]
     request = to_request(spans)
@@ -69,6 +80,7 @@ BAD_INPUTS = {
     "span id not hex": (_json_with(lambda s: s.update(spanId="zz" * 8)), JSON, {}),
     "1 MB attribute value": (_one_span_with_attribute(MIB), PROTOBUF, {}),
     "gzip bomb": (_gzip_bomb(1024 * MIB), PROTOBUF, {"Content-Encoding": "gzip"}),
+    "gzip of many empty members": (_empty_members(4 * MIB), PROTOBUF, {"Content-Encoding": "gzip"}),
     "truncated gzip": (gzip.compress(_good())[:40], PROTOBUF, {"Content-Encoding": "gzip"}),
     "unknown encoding": (_good(), PROTOBUF, {"Content-Encoding": "br"}),
     "unknown content type": (_good(), "text/plain", {}),
@@ -152,3 +164,48 @@ def test_wrong_or_missing_bearer_token_is_401(tmp_path: Path) -> None:
         ok = collector.post(_good(), PROTOBUF, Authorization="Bearer s3cret")
         assert ok.status_code == 200
         assert collector.metric("spanbudget_spans_received_total") == len(rag_trace().spans)
+
+
+def test_healthz_answers_while_hostile_and_large_bodies_are_decoded(collector: Collector) -> None:
+    """Decoding runs off the event loop, so neither empty-member gzip bodies nor large
+    bodies that take long to parse hold up /healthz (a liveness probe would restart us)."""
+    members = _empty_members(4 * MIB)
+    large = otlp_json(
+        to_request([s for i in range(300) for s in rag_trace(trace_id=f"{i + 1:032x}").spans])
+    )  # 3,300 spans of OTLP/JSON: parsing takes a while
+    assert len(large) < 4 * MIB
+    latencies: list[float] = []
+    stop = threading.Event()
+
+    def probe() -> None:
+        with httpx.Client(base_url=collector.url, timeout=30) as client:
+            while not stop.is_set():
+                started = time.perf_counter()
+                assert client.get("/healthz").status_code == 200
+                latencies.append(time.perf_counter() - started)
+                time.sleep(0.01)
+
+    def upload(body: bytes, content_type: str, headers: dict[str, str]) -> int:
+        with httpx.Client(base_url=collector.url, timeout=60) as client:
+            response = client.post(
+                "/v1/traces", content=body, headers={"Content-Type": content_type, **headers}
+            )
+            return response.status_code
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            codes = list(
+                pool.map(
+                    lambda job: upload(*job),
+                    [(members, PROTOBUF, {"Content-Encoding": "gzip"})] * 3
+                    + [(large, JSON, {})] * 3,
+                )
+            )
+    finally:
+        stop.set()
+        prober.join()
+    assert codes == [400, 400, 400, 200, 200, 200]
+    assert len(latencies) >= 5
+    assert max(latencies) < 1.0, f"/healthz took {max(latencies):.2f} s"
