@@ -158,9 +158,17 @@ class BurnWindows:
         self._windows = {w: RollingCounts(w, self.stages) for w in lengths}
 
     def add(self, now: float, verdict: Verdict) -> None:
-        over = over_limit(verdict)
+        self.add_over(now, over_limit(verdict))
+
+    def add_over(self, now: float, over: Iterable[str]) -> None:
+        """One judged trace at `now` that went over the limits of `over` (stages, `total`)."""
+        over = tuple(over)
         for window in self._windows.values():
             window.add(now, over)
+
+    @property
+    def longest_s(self) -> float:
+        return max(self._windows)
 
     def burn(self, now: float, stage: str, window_s: float) -> WindowBurn:
         """The burn rate of `stage` over the window of `window_s`, with its counts."""

@@ -4,6 +4,11 @@
 steps each rule's pending/firing state, keeps evidence (recent values for the p95,
 example trace ids) and hands state changes and re-sends to a `Dispatcher`, which talks to
 the sinks off the collector's worker thread.
+
+Across a restart (`restore`), the windows are refilled from the stored verdicts and the
+rules' states and firing alerts come back from an `persist.AlertStateStore`, as
+Prometheus restores `ALERTS_FOR_STATE`: a firing alert stays the same alert (same
+`startsAt`, re-sent, never paged again), a pending rule keeps its `for` clock.
 """
 
 from __future__ import annotations
@@ -12,10 +17,11 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from copy import copy
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from spanbudget.collector.alerts.burnrate import (
     DEFAULT_RULES,
@@ -26,6 +32,7 @@ from spanbudget.collector.alerts.burnrate import (
     human_duration,
     over_limit,
 )
+from spanbudget.collector.alerts.persist import AlertStateStore
 from spanbudget.collector.alerts.state import RuleState, RuleStatus, RuleTrack
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.verdict import Verdict
@@ -39,6 +46,7 @@ ALERT_NAME = "SpanbudgetBudgetBurn"
 _EXAMPLES = 5
 _RECENT_VALUES = 500
 _SEEN_TRACES = 100_000
+_STATE_VERSION = 1
 
 
 @dataclass
@@ -143,8 +151,12 @@ class AlertEngine:
         settings: AlertSettings | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        state: AlertStateStore | None = None,
     ) -> None:
         self.settings = settings or AlertSettings()
+        self._state = state
+        self._saved: dict[str, Any] | None = None  # the snapshot last handed to `state`
+        self._save_lock = threading.Lock()
         self.rules = [rule.scaled(self.settings.window_scale) for rule in self.settings.rules]
         self._by_severity: dict[str, list[int]] = {}  # rule indexes, in rule order
         for i, rule in enumerate(self.rules):
@@ -180,6 +192,107 @@ class AlertEngine:
                 for stage in self._windows.stages
                 for i, rule in enumerate(self.rules)
             }
+
+    @property
+    def history_s(self) -> float:
+        """How far back the rules look: the verdicts `restore` wants after a restart."""
+        return self._windows.longest_s
+
+    def restore(self, judged: Iterable[tuple[float, str, frozenset[str]]]) -> None:
+        """Before the first verdict: refill the windows from `judged` (when, trace id, what
+        went over its limit; oldest first, the store's `judged_since`), then take back the
+        rules' states and firing alerts of the saved snapshot, if it is of this budget and
+        these rules. Nothing is sent here; the next evaluation re-sends or resolves."""
+        now = self._clock()
+        with self._lock:
+            horizon = now - self._windows.longest_s
+            for at, trace_id, over in judged:
+                if at < horizon or trace_id in self._seen:
+                    continue
+                self._seen[trace_id] = None
+                self._windows.add_over(at, over)
+            if len(self._seen) > _SEEN_TRACES:
+                for _ in range(len(self._seen) - _SEEN_TRACES):
+                    self._seen.popitem(last=False)
+            saved = self._state.load() if self._state is not None else None
+            if saved is None or not self._restorable(saved):
+                return
+            for stage, i, state, since, under_since in saved["tracks"]:
+                track = self._tracks.get((stage, i))
+                if track is not None:
+                    track.state = RuleState(state)
+                    track.since, track.under_since = since, under_since
+            for entry in saved["firing"]:
+                stage, i = entry["stage"], entry["rule"]
+                if (stage, i) not in self._tracks:
+                    continue
+                rule = self.rules[i]
+                alert = Alert(
+                    budget=self.budget.name,
+                    stage=stage,
+                    severity=rule.severity,
+                    rule=rule,
+                    burn_long=entry["burn_long"],
+                    burn_short=entry["burn_short"],
+                    p95_ms=None,
+                    limit_ms=self._limits[stage],
+                    example_trace_ids=(),
+                    starts_at=_utc(entry["starts_at"]),
+                    ui_url=self.settings.ui_url,
+                    jaeger_ui=self.settings.jaeger_ui,
+                )
+                self._firing[alert.key] = (alert, now)
+            self._saved = saved
+        log.info(
+            "alert state restored: %d firing alert(s), %d rule(s) pending or firing",
+            len(saved["firing"]),
+            len(saved["tracks"]),
+        )
+
+    def _restorable(self, saved: dict[str, Any]) -> bool:
+        if saved.get("version") != _STATE_VERSION or saved.get("budget") != self.budget.name:
+            return False
+        if saved.get("rules") != [asdict(rule) for rule in self.rules]:
+            log.info("alert rules changed since the saved state: starting them afresh")
+            return False
+        return True
+
+    def _snapshot(self) -> dict[str, Any]:
+        """What `restore` needs to carry the rules on; under the lock."""
+        return {
+            "version": _STATE_VERSION,
+            "budget": self.budget.name,
+            "rules": [asdict(rule) for rule in self.rules],
+            "tracks": [
+                [stage, i, track.state.value, track.since, track.under_since]
+                for (stage, i), track in self._tracks.items()
+                if track.state is not RuleState.INACTIVE
+            ],
+            "firing": [
+                {
+                    "stage": alert.stage,
+                    "rule": self.rules.index(alert.rule),
+                    "starts_at": alert.starts_at.timestamp(),
+                    "burn_long": alert.burn_long,
+                    "burn_short": alert.burn_short,
+                }
+                for alert, _ in self._firing.values()
+            ],
+        }
+
+    def _save(self, snapshot: dict[str, Any]) -> None:
+        """Hand a changed snapshot to the state store (never raises: alerts go on)."""
+        if self._state is None:
+            return
+        with self._save_lock:
+            if snapshot == self._saved:
+                return
+            try:
+                self._state.save(snapshot)
+            except OSError:
+                log.exception("saving the alert state failed")
+                return
+            self._saved = snapshot
 
     def on_verdicts(self, verdicts: Sequence[Verdict]) -> None:
         now = self._clock()
@@ -248,6 +361,9 @@ class AlertEngine:
             for key in [k for k in self._firing if k not in judged_keys]:
                 stale, _ = self._firing.pop(key)
                 outgoing.append(replace(stale, ends_at=_utc(now), resent=False))
+            snapshot = self._snapshot() if self._state is not None else None
+        if snapshot is not None:
+            self._save(snapshot)
         for alert in outgoing:
             log.log(
                 logging.DEBUG if alert.resent else logging.WARNING,

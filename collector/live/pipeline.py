@@ -17,12 +17,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from spanbudget.collector.alerts.engine import AlertEngine, AlertSettings
+from spanbudget.collector.alerts.persist import AlertStateFile
 from spanbudget.collector.alerts.sinks import (
     AlertmanagerSink,
     AlertSink,
@@ -63,6 +65,9 @@ class Pipeline:
     alerts: AlertEngine | None  # the burn-rate rules, None without them
     dispatcher: Dispatcher | None  # sends the rules' alerts to the log, Alertmanager, a webhook
     forwarder: Forwarder | None
+    # Threads that decode large or compressed bodies off the HTTP server's event loop: a
+    # few fixed ones, as every thread that allocates grows the process's malloc arenas.
+    decoders: ThreadPoolExecutor
     pull: JaegerPull | None = None  # traces other collectors sent to Jaeger, judged here
 
     def decode(
@@ -108,6 +113,7 @@ class Pipeline:
         the forwarder drains for up to `shutdown_drain_seconds`), then the alerts."""
         if self.pull is not None:
             self.pull.close()
+        self.decoders.shutdown(wait=True)
         self.core.close()
         if self.alerts is not None:
             self.alerts.close()
@@ -142,6 +148,7 @@ def assemble(
     spans = SpanStore.from_settings(settings)
     forwarder = Forwarder.from_settings(settings, metrics)
     engine = dispatcher = None
+    state_path = settings.alert_state_path
     if alerts:  # the log always; Alertmanager and the webhook when their URLs are given
         alert_sinks: list[AlertSink] = [LogSink()]
         if settings.alertmanager:
@@ -165,7 +172,11 @@ def assemble(
                 ui_url=settings.public_base_url,
                 jaeger_ui=settings.jaeger_ui or "",
             ),
+            state=None if state_path is None else AlertStateFile(state_path),
         )
+        # As after a Prometheus restart: the windows see again what they saw, a firing
+        # alert stays the same alert (no second page), a pending rule keeps its clock.
+        engine.restore(store.judged_since(time.time() - engine.history_s, budget.name))
     core = JudgingCore(
         budget,
         [
@@ -207,4 +218,7 @@ def assemble(
             limit=settings.pull_limit,
             memory=settings.decided_memory,
         )
-    return Pipeline(settings, core, metrics, store, spans, engine, dispatcher, forwarder, pull)
+    decoders = ThreadPoolExecutor(settings.intake_decoders, thread_name_prefix="spanbudget-decode")
+    return Pipeline(
+        settings, core, metrics, store, spans, engine, dispatcher, forwarder, decoders, pull
+    )

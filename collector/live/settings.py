@@ -124,6 +124,14 @@ class CollectorSettings(BaseSettings):
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     @property
+    def alert_state_path(self) -> Path | None:
+        """The alert rules' saved state (`alerts.persist`), beside the verdict store; None
+        for a store in memory, which a restart does not keep either."""
+        if str(self.db_path) == ":memory:":
+            return None
+        return self.db_path.with_name("alerts-state.json")
+
+    @property
     def spans_path(self) -> Path:
         return self.spans_db_path or self.db_path.with_name("spans.db")
 

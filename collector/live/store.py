@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from spanbudget.collector.alerts.burnrate import TOTAL
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.live.sinks import Decisions, Retention
 from spanbudget.collector.semconv import LOADTEST_RUN_ID
@@ -163,6 +164,31 @@ class VerdictStore:
             "SELECT trace_id, status FROM verdicts ORDER BY seq DESC LIMIT ?", (limit,)
         ).fetchall()
         return [(row[0], row[1]) for row in reversed(rows)]
+
+    def judged_since(self, since: float, budget: str) -> list[tuple[float, str, frozenset[str]]]:
+        """(evaluated at, trace id, what went over its limit: stage names and `total`) of
+        the verdicts of `budget` judged at or after `since`, oldest first: what the alert
+        rules' windows saw, for a restart to see it again."""
+        rows = self._writer.execute(
+            "SELECT seq, evaluated_at, trace_id, total_status FROM verdicts"
+            " WHERE budget = ? AND evaluated_at >= ? ORDER BY seq",
+            (budget, since),
+        ).fetchall()
+        if not rows:
+            return []
+        over: dict[int, set[str]] = {}
+        for seq, stage in self._writer.execute(
+            "SELECT seq, stage FROM stage_results WHERE seq >= ? AND status = ?",
+            (rows[0][0], Status.OVERRUN.value),
+        ):
+            over.setdefault(seq, set()).add(stage)
+        out = []
+        for seq, at, trace_id, total_status in rows:
+            names = over.get(seq, set())
+            if total_status == Status.OVERRUN.value:
+                names = names | {TOTAL}
+            out.append((at, trace_id, frozenset(names)))
+        return out
 
     def prune(self, now: float) -> int:
         """Apply retention: drop verdicts older than the age limit and beyond the count."""
