@@ -22,13 +22,14 @@ def parse_duration(text: str) -> float:
 
 
 def parse_since(text: str) -> float:
-    """`15m` (that long ago) or an RFC 3339 time, as Unix seconds; raises ValueError
+    """`15m` (that long ago) or an RFC 3339 time, as Unix seconds, never before the epoch
+    (`99999999999d` means everything, not a date no clock can show); raises ValueError
     with the message an HTTP 400 gives."""
     try:
-        return time.time() - parse_duration(text)
+        return max(time.time() - parse_duration(text), 0.0)
     except ValueError:
         pass
     try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
+        return max(datetime.fromisoformat(text).timestamp(), 0.0)
+    except (ValueError, OverflowError, OSError):
         raise ValueError(f"since: not a duration (15m) or RFC 3339 time: {text!r}") from None

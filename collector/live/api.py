@@ -37,6 +37,12 @@ __all__ = ["create_app"]
 _TRACE_ID = re.compile(r"[0-9a-fA-F]{32}\Z")
 # google.rpc.Code values for the Status body of OTLP/HTTP errors.
 _RPC_CODES = {400: 3, 401: 16, 413: 3, 415: 3, 503: 14}
+# The web UI's pages load their one script and stylesheet from here; the charts are
+# inline SVG (style attributes), nothing is framed, forms post back here only.
+_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
 # Plain bodies up to this size decode in well under a millisecond: on the event loop, as
 # handing them to a decoder thread would cost more. Larger or compressed ones go there.
 _INLINE_BYTES = 64 * 1024
@@ -50,6 +56,7 @@ def create_app(pipeline: Pipeline) -> FastAPI:
     store = pipeline.store
     token = settings.receiver_token
     app = FastAPI(title="spanbudget collector", docs_url=None, redoc_url=None)
+    app.add_middleware(SecurityHeaders)
 
     def refuse(
         error: IntakeError, as_json: bool, headers: dict[str, str] | None = None
@@ -183,6 +190,37 @@ def create_app(pipeline: Pipeline) -> FastAPI:
     return app
 
 
+class SecurityHeaders:
+    """ASGI middleware: `nosniff` on every response, and on HTML pages a content security
+    policy and a referrer policy. Plain ASGI (no body buffering), so the intake pays a
+    header check per response and nothing more."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                names = {name.lower() for name, _ in headers}
+                extra = [(b"x-content-type-options", b"nosniff")]
+                html = any(n == b"content-type" and v.startswith(b"text/html") for n, v in headers)
+                if html:
+                    extra += [
+                        (b"content-security-policy", _CSP.encode()),
+                        (b"referrer-policy", b"same-origin"),
+                    ]
+                headers += [(n, v) for n, v in extra if n not in names]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
 def _authorized(header: str | None, token: str) -> bool:
     scheme, _, given = (header or "").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
@@ -197,8 +235,9 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 def _since(text: str | None) -> float | None:
-    """`15m` (that long ago) or an RFC 3339 time, as Unix seconds."""
-    if text is None or not text.strip():
+    """`15m` (that long ago) or an RFC 3339 time, as Unix seconds; `all` (as the web UI's
+    ranges have it) or nothing: no bound."""
+    if text is None or not text.strip() or text.strip() == "all":
         return None
     try:
         return parse_since(text)

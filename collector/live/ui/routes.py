@@ -287,7 +287,7 @@ def ui_router(
                 reports[key] = report
         return report
 
-    @router.get("/runs/{run_id}", response_class=HTMLResponse)
+    @router.get("/runs/{run_id:path}", response_class=HTMLResponse)  # ids may hold "/"
     def run_page(request: Request, run_id: str) -> HTMLResponse:
         report = report_of(run_id)
         if report is None:

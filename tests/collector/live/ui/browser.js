@@ -40,7 +40,16 @@ async function main() {
     async screenshot(c) { await page.screenshot({ path: c.path, fullPage: !!c.fullPage }); return {}; },
     async scheme(c) { await page.emulateMedia({ colorScheme: c.value }); return {}; },
     async viewport(c) { await page.setViewportSize({ width: c.width, height: c.height }); return {}; },
-    async wait(c) { await page.waitForFunction(c.js, null, { timeout: c.timeout || 15000 }); return {}; },
+    // Polled from here, not with waitForFunction: that evaluates its string inside the page,
+    // which the pages' content security policy (no eval) rightly refuses.
+    async wait(c) {
+      const deadline = Date.now() + (c.timeout || 15000);
+      for (;;) {
+        try { if (await page.evaluate(c.js)) return {}; } catch (error) { /* navigating */ }
+        if (Date.now() > deadline) throw new Error(`timed out waiting for ${c.js}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    },
     async errors() { const out = { errors: errors.splice(0), failed: failed.splice(0) }; return out; },
     async close() { await context.close(); return { closed: true }; },
   };
