@@ -107,6 +107,24 @@ class Settings(BaseSettings):
     _split = field_validator("api_keys", "jwt_algorithms", mode="before")(_split_csv)
     _listen = field_validator("listen")(_valid_listen)
 
+    @field_validator("jwt_algorithms")
+    @classmethod
+    def _check_jwt_algorithms(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Refuse at start what would otherwise be a 401 for every token: an algorithm
+        this install cannot verify (RS256 and the like need `cryptography`), or `none`."""
+        from jwt.algorithms import get_default_algorithms, requires_cryptography
+
+        usable = sorted(set(get_default_algorithms()) - {"none"})
+        for name in value:
+            if name in requires_cryptography and name not in usable:
+                raise ValueError(
+                    f"{name} needs the cryptography package (pip install cryptography); "
+                    f"this install verifies {', '.join(usable)}"
+                )
+            if name not in usable:
+                raise ValueError(f"unknown JWT algorithm {name!r}; choose from {', '.join(usable)}")
+        return value
+
     @property
     def shard_path(self) -> Path:
         return self.data_dir / "qdrant" / self.collection

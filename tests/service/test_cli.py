@@ -49,3 +49,24 @@ def test_a_bad_environment_value_is_a_usage_error(monkeypatch: pytest.MonkeyPatc
 def test_listen_accepts_ipv6_the_way_the_collector_does() -> None:
     assert parse_listen("[::1]:8080") == ("::1", 8080)
     assert parse_listen("0.0.0.0:8000") == ("0.0.0.0", 8000)
+
+
+@pytest.mark.parametrize(
+    ("algorithms", "problem"),
+    [("RS256", "RS256 needs the cryptography package"), ("HS256,none", "'none'")],
+)
+def test_a_jwt_algorithm_this_install_cannot_verify_stops_serve(
+    monkeypatch: pytest.MonkeyPatch, algorithms: str, problem: str
+) -> None:
+    """Not a 401 for every token at run time: the gateway refuses to start, saying why."""
+    from jwt.algorithms import has_crypto
+
+    if has_crypto and algorithms == "RS256":
+        pytest.skip("cryptography is installed here: RS256 verifies")
+    monkeypatch.setenv("COLUMNS", "300")  # the error box wraps at the terminal width
+    monkeypatch.setenv("SPANBUDGET_JWT_SECRET", "s" * 32)
+    monkeypatch.setenv("SPANBUDGET_JWT_ALGORITHMS", algorithms)
+    result = CliRunner().invoke(app, ["serve"])
+    assert result.exit_code == 2, result.output
+    assert problem in result.output
+    assert "Traceback" not in result.output
