@@ -5,9 +5,10 @@ Run: .venv/bin/python bench/pipeline.py [--traces 20000] [--per-request 40] [--q
 12-span traces of the reference path, encoded as OTLP protobuf requests, measured side by
 side in one run: the raw protobuf decode of the same payloads (best of 5), decode plus
 conversion to spans (best of 3: the floor of the collector's own work, which every
-figure is a ratio to), the full in-process pipeline (decode, queue, tail-based assembly,
-evaluation, metrics, SQLite WAL store) with CPython's default GC and then with the GC
-settings `spanbudget collect` applies (`live/gc_settings.py`), the same with the
+figure is a ratio to), the full in-process pipeline (decode, intake journal, queue,
+tail-based assembly, evaluation, metrics, SQLite WAL store) with CPython's default GC and
+then with the GC settings `spanbudget collect` applies (`live/gc_settings.py`), the same
+without the intake journal (its cost), the same with the
 pure-Python evaluator where the compiled one is built (before and after it, in one run),
 and the same through HTTP (uvicorn, with the sending client in the same process on the
 same core).
@@ -80,12 +81,18 @@ def timed(run: Callable[[], object]) -> float:
 
 
 def build_pipeline(
-    db: Path, spans: int, *, keep_spans: bool = False, compiled: bool | None = None
+    db: Path,
+    spans: int,
+    *,
+    keep_spans: bool = False,
+    compiled: bool | None = None,
+    journal: bool = True,
 ) -> Pipeline:
     """The collector as `spanbudget collect` assembles it, without the alert rules; its
     queue and buffer hold the whole run, and it keeps spans only when asked."""
     settings = CollectorSettings(
         db_path=db,
+        journal=journal,
         budget_path=REPO / "budget.yaml",
         decision_wait_seconds=0.0,
         intake_queue_spans=spans + 1,
@@ -139,9 +146,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
 
         def in_process(pipeline: Pipeline, bodies: list[bytes] = payloads) -> None:
-            for body in bodies:
-                batch = pipeline.decode(body, content_type=PROTOBUF, content_encoding=None)
-                assert pipeline.core.offer(batch.spans)
+            for body in bodies:  # as the HTTP route takes a body: decode, journal, queue
+                pipeline.receive(body, content_type=PROTOBUF, content_encoding=None)
             assert pipeline.core.wait_idle(600)
 
         pipeline = build_pipeline(Path(tmp) / "g.db", spans)
@@ -162,6 +168,13 @@ def main() -> None:
         judged_a = stored(pipeline)
         pipeline.close()
         headline = len(rows) - 1
+
+        # The durable intake's cost: the same run without the journal, side by side.
+        unjournaled = build_pipeline(Path(tmp) / "j" / "a.db", spans, journal=False)
+        rows.append(("… without the intake journal", timed(lambda: in_process(unjournaled))))
+        assert stored(unjournaled) == args.traces
+        unjournaled.close()
+        journal_cost = 1 - rows[-1][1] / rows[headline][1]
 
         if COMPILED:  # the release before, and installs where no C compiler built it
             pure = build_pipeline(Path(tmp) / "p" / "a.db", spans, compiled=False)
@@ -241,8 +254,9 @@ def main() -> None:
     )
     Console(width=120).print(
         f"verdicts stored: {judged_a:,} (in-process) and {judged_b:,} (HTTP). Full pipeline ="
-        " decode, intake queue, tail-based assembly, evaluation, metrics, SQLite WAL store;"
-        " over HTTP adds uvicorn and the sending httpx client on the same core."
+        " decode, intake journal, intake queue, tail-based assembly, evaluation, metrics,"
+        " SQLite WAL store; over HTTP adds uvicorn and the sending httpx client on the same"
+        f" core. The intake journal costs {journal_cost:.1%} of the in-process throughput."
     )
 
 

@@ -22,6 +22,7 @@ from spanbudget.collector.links import MAX_LIST
 from spanbudget.collector.live.intake import (
     JSON,
     PROTOBUF,
+    QUEUE_FULL,
     IntakeError,
     encode_response,
     encode_status,
@@ -69,7 +70,7 @@ def create_app(pipeline: Pipeline) -> FastAPI:
             headers=headers,
         )
 
-    busy = IntakeError(503, "queue_full", "intake queue full, retry later")
+    busy = IntakeError(503, "queue_full", QUEUE_FULL)
     retry_after = {"Retry-After": str(settings.retry_after_seconds)}
 
     @app.post("/v1/traces")
@@ -87,33 +88,15 @@ def create_app(pipeline: Pipeline) -> FastAPI:
         try:
             body = await _read_body(request, settings.max_body_bytes)
             encoding = request.headers.get("content-encoding")
-            decode = functools.partial(
-                pipeline.decode, body, content_type=content_type, content_encoding=encoding
+            receive = functools.partial(
+                pipeline.receive, body, content_type=content_type, content_encoding=encoding
             )
             if len(body) <= _INLINE_BYTES and encoding in (None, "identity"):
-                batch = decode()  # a small plain body: quicker decoded than handed over
+                batch = receive()  # a small plain body: quicker decoded than handed over
             else:  # off the event loop: /healthz, the API and other uploads go on meanwhile
-                batch = await asyncio.get_running_loop().run_in_executor(pipeline.decoders, decode)
+                batch = await asyncio.get_running_loop().run_in_executor(pipeline.decoders, receive)
         except IntakeError as exc:
-            return refuse(exc, as_json)
-        if batch.rejected:
-            metrics.spans_rejected.labels("span_too_large").inc(batch.rejected)
-        if len(batch.spans) > settings.intake_queue_spans:
-            # It could never fit, however long the client waits: too large, not busy.
-            metrics.spans_rejected.labels("too_many_spans").inc(len(batch.spans))
-            return refuse(
-                IntakeError(
-                    413,
-                    "too_many_spans",
-                    f"{len(batch.spans)} spans in one request; at most "
-                    f"{settings.intake_queue_spans}: split the batch",
-                ),
-                as_json,
-            )
-        if not pipeline.core.offer(batch.spans):
-            metrics.spans_rejected.labels("queue_full").inc(len(batch.spans))
-            return refuse(busy, as_json, retry_after)
-        metrics.spans_received.inc(len(batch.spans))
+            return refuse(exc, as_json, retry_after if exc.status == 503 else None)
         message = f"{batch.rejected} span(s) over {settings.max_span_bytes} bytes were rejected"
         return Response(
             encode_response(batch.rejected, message, as_json=as_json),

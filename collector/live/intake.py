@@ -27,6 +27,7 @@ from spanbudget.collector.readers import (
 from spanbudget.collector.spans import Span
 
 __all__ = [
+    "QUEUE_FULL",
     "Batch",
     "IntakeError",
     "decode_export",
@@ -38,6 +39,7 @@ __all__ = [
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _SOURCE = "OTLP request"
+QUEUE_FULL = "intake queue full, retry later"
 
 
 class IntakeError(CollectorError):

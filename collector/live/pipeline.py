@@ -39,8 +39,9 @@ from spanbudget.collector.live.alerting import AlertsSink
 from spanbudget.collector.live.assembly import Assembly
 from spanbudget.collector.live.core import JudgingCore
 from spanbudget.collector.live.forward import Forwarder
-from spanbudget.collector.live.intake import Batch, decode_export
+from spanbudget.collector.live.intake import QUEUE_FULL, Batch, IntakeError, decode_export
 from spanbudget.collector.live.jaeger_pull import JaegerPull
+from spanbudget.collector.live.journal import Journal, JournalSink
 from spanbudget.collector.live.metrics import CollectorMetrics, MetricsSink
 from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.live.sinks import VerdictSink
@@ -68,6 +69,7 @@ class Pipeline:
     # Threads that decode large or compressed bodies off the HTTP server's event loop: a
     # few fixed ones, as every thread that allocates grows the process's malloc arenas.
     decoders: ThreadPoolExecutor
+    journal: Journal | None  # accepted bodies until their traces are decided
     pull: JaegerPull | None = None  # traces other collectors sent to Jaeger, judged here
 
     def decode(
@@ -84,9 +86,77 @@ class Pipeline:
             originals=self.forwarder is not None,
         )
 
+    def receive(
+        self, body: bytes, *, content_type: str | None, content_encoding: str | None
+    ) -> Batch:
+        """Take one `POST /v1/traces` body: decode it, write it to the journal, queue its
+        spans for the core. Raises `IntakeError`: 4xx for the body, 413 for more spans than
+        the queue could ever hold, 503 (`queue_full`) when it is full now. Any thread."""
+        batch = self.decode(body, content_type=content_type, content_encoding=content_encoding)
+        metrics, spans = self.metrics, batch.spans
+        if batch.rejected:
+            metrics.spans_rejected.labels("span_too_large").inc(batch.rejected)
+        limit = self.settings.intake_queue_spans
+        if len(spans) > limit:  # it could never fit, however long the client waits
+            metrics.spans_rejected.labels("too_many_spans").inc(len(spans))
+            raise IntakeError(
+                413,
+                "too_many_spans",
+                f"{len(spans)} spans in one request; at most {limit}: split the batch",
+            )
+        journal, seq = self.journal, None
+        if journal is not None and spans:  # registered before the core can decide them
+            seq = journal.append(
+                body,
+                {held.span.trace_id for held in spans},
+                content_type=content_type,
+                content_encoding=content_encoding,
+            )
+        if not self.core.offer(spans):
+            if seq is not None:
+                journal.cancel(seq)  # type: ignore[union-attr]
+            metrics.spans_rejected.labels("queue_full").inc(len(spans))
+            raise IntakeError(503, "queue_full", QUEUE_FULL)
+        metrics.spans_received.inc(len(spans))
+        return batch
+
+    def replay_journal(self) -> int:
+        """Offer again what the journal holds from before a restart (the spans of traces
+        not yet in the verdict store), waiting for room in the queue; return the spans.
+        After `start`, before the HTTP server takes requests."""
+        journal = self.journal
+        if journal is None:
+            return 0
+        replayed = 0
+        for entry in journal.entries():
+            try:
+                batch = self.decode(
+                    entry.body,
+                    content_type=entry.content_type,
+                    content_encoding=entry.content_encoding,
+                )
+            except IntakeError:  # it was accepted once; a journal from another version
+                journal.track(entry.seq, ())
+                continue
+            judged = self.store.known({held.span.trace_id for held in batch.spans})
+            spans = [held for held in batch.spans if held.span.trace_id not in judged]
+            journal.track(entry.seq, {held.span.trace_id for held in spans})
+            while spans and not self.core.offer(spans):
+                time.sleep(0.05)
+            replayed += len(spans)
+        if replayed:
+            self.metrics.spans_received.inc(replayed)
+            log.warning(
+                "intake journal: %d acknowledged span(s) from before a restart offered again",
+                replayed,
+            )
+        return replayed
+
     def start(self) -> None:
-        """Start the core's worker, then the alert rules' timer and the pull from Jaeger."""
+        """Start the core's worker, offer it what the journal kept from before a restart,
+        then start the alert rules' timer and the pull from Jaeger."""
         self.core.start()
+        self.replay_journal()
         if self.alerts is not None:
             self.alerts.start()
         if self.pull is not None:
@@ -147,6 +217,8 @@ def assemble(
     )
     spans = SpanStore.from_settings(settings)
     forwarder = Forwarder.from_settings(settings, metrics)
+    journal_path = settings.journal_path
+    journal = Journal(journal_path) if journal_path is not None else None
     engine = dispatcher = None
     state_path = settings.alert_state_path
     if alerts:  # the log always; Alertmanager and the webhook when their URLs are given
@@ -186,6 +258,7 @@ def assemble(
             *sinks,
             *([AlertsSink(engine)] if engine is not None else []),
             *([forwarder] if forwarder is not None else []),
+            *([JournalSink(journal)] if journal is not None else []),
         ],
         assembly=Assembly(
             decision_wait=settings.decision_wait_seconds,
@@ -220,5 +293,15 @@ def assemble(
         )
     decoders = ThreadPoolExecutor(settings.intake_decoders, thread_name_prefix="spanbudget-decode")
     return Pipeline(
-        settings, core, metrics, store, spans, engine, dispatcher, forwarder, decoders, pull
+        settings,
+        core,
+        metrics,
+        store,
+        spans,
+        engine,
+        dispatcher,
+        forwarder,
+        decoders,
+        journal,
+        pull,
     )

@@ -44,6 +44,7 @@ class CollectorSettings(BaseSettings):
     max_span_bytes: int = Field(default=64 * 1024, gt=0)  # one encoded span, attributes included
     intake_queue_spans: int = Field(default=50_000, gt=0)
     retry_after_seconds: int = Field(default=1, ge=0)
+    journal: bool = True  # accepted bodies kept on disk until judged: kill -9 loses none
     intake_decoders: int = Field(default=2, gt=0)  # threads decoding bodies off the event loop
 
     # Tail-based assembly.
@@ -125,11 +126,21 @@ class CollectorSettings(BaseSettings):
 
     @property
     def alert_state_path(self) -> Path | None:
-        """The alert rules' saved state (`alerts.persist`), beside the verdict store; None
-        for a store in memory, which a restart does not keep either."""
+        """The alert rules' saved state (`alerts.persist`), beside the verdict store and
+        named after it (`verdicts.alerts.json`), so that collectors sharing a directory
+        keep their own; None for a store in memory, which a restart does not keep either."""
         if str(self.db_path) == ":memory:":
             return None
-        return self.db_path.with_name("alerts-state.json")
+        return self.db_path.with_name(f"{self.db_path.stem}.alerts.json")
+
+    @property
+    def journal_path(self) -> Path | None:
+        """The durable intake's journal (`live.journal`), beside the verdict store and
+        named after it (`verdicts.intake.db`); None when it is off or the store is in
+        memory."""
+        if not self.journal or str(self.db_path) == ":memory:":
+            return None
+        return self.db_path.with_name(f"{self.db_path.stem}.intake.db")
 
     @property
     def spans_path(self) -> Path:

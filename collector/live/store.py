@@ -11,7 +11,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,14 +95,7 @@ class VerdictStore:
         if not verdicts:
             return []
         writer = self._writer
-        ids = [v.trace_id for v, _ in verdicts]
-        known: set[str] = set()
-        for chunk in _chunks(ids, 500):
-            marks = ",".join("?" * len(chunk))
-            rows = writer.execute(
-                f"SELECT trace_id FROM verdicts WHERE trace_id IN ({marks})", chunk
-            )
-            known.update(r[0] for r in rows)
+        known = self.known([v.trace_id for v, _ in verdicts])
         fresh: list[Verdict] = []
         verdict_rows: list[tuple[Any, ...]] = []
         stage_rows: list[tuple[Any, ...]] = []
@@ -150,6 +143,17 @@ class VerdictStore:
             "UPDATE verdicts SET late_spans = late_spans + ? WHERE trace_id = ?",
             [(n, trace_id) for trace_id, n in counts.items()],
         )
+
+    def known(self, trace_ids: Collection[str]) -> set[str]:
+        """Those of `trace_ids` that have a stored verdict."""
+        found: set[str] = set()
+        for chunk in _chunks(list(trace_ids), 500):
+            marks = ",".join("?" * len(chunk))
+            rows = self._writer.execute(
+                f"SELECT trace_id FROM verdicts WHERE trace_id IN ({marks})", chunk
+            )
+            found.update(row[0] for row in rows)
+        return found
 
     def recent_trace_ids(self, limit: int) -> list[str]:
         """The `limit` most recently stored trace ids, oldest first."""

@@ -99,7 +99,7 @@ def test_a_firing_page_stays_one_page_across_a_restart(
                     first.wait(10)
                 else:
                     stop_process(first)
-            assert (tmp_path / "alerts-state.json").exists()
+            assert (tmp_path / "verdicts.alerts.json").exists()
             before = page_notifications(receiver)
             second = start_process(command, f"{url}/healthz", tmp_path / "second.log")
             try:
