@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
+import logging
 import re
 from typing import Annotated, Any
 
@@ -31,13 +32,15 @@ from spanbudget.collector.live.intake import (
 from spanbudget.collector.live.metrics import render
 from spanbudget.collector.live.pipeline import Pipeline
 from spanbudget.collector.live.ui import ui_router
-from spanbudget.serving import BodyTooLarge, read_body
+from spanbudget.serving import BodyAborted, BodyTimeout, BodyTooLarge, read_body
 
 __all__ = ["create_app"]
 
+log = logging.getLogger(__name__)
+
 _TRACE_ID = re.compile(r"[0-9a-fA-F]{32}\Z")
 # google.rpc.Code values for the Status body of OTLP/HTTP errors.
-_RPC_CODES = {400: 3, 401: 16, 413: 3, 415: 3, 503: 14}
+_RPC_CODES = {400: 3, 401: 16, 408: 4, 413: 3, 415: 3, 503: 14}
 # The web UI's pages load their one script and stylesheet from here; the charts are
 # inline SVG (style attributes), nothing is framed, forms post back here only.
 _CSP = (
@@ -86,7 +89,7 @@ def create_app(pipeline: Pipeline) -> FastAPI:
         if not pipeline.core.has_room():  # admission first: a refusal costs no decoding
             return refuse(busy, as_json, retry_after)
         try:
-            body = await _read_body(request, settings.max_body_bytes)
+            body = await _read_body(request, settings.max_body_bytes, settings.body_timeout_seconds)
             encoding = request.headers.get("content-encoding")
             receive = functools.partial(
                 pipeline.receive, body, content_type=content_type, content_encoding=encoding
@@ -209,12 +212,23 @@ def _authorized(header: str | None, token: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The raw body, refused as soon as it passes `limit` bytes (compressed or not)."""
+async def _read_body(request: Request, limit: int, timeout: float) -> bytes:
+    """The raw body, refused as soon as it passes `limit` bytes (compressed or not) or
+    when it is not all in after `timeout` seconds."""
     try:
-        return await read_body(request, limit)
+        return await read_body(request, limit, timeout=timeout)
     except BodyTooLarge as exc:
         raise IntakeError(413, "too_large", str(exc)) from None
+    except BodyTimeout as exc:
+        raise IntakeError(408, "body_timeout", str(exc)) from None
+    except BodyAborted as exc:
+        log.info("upload from %s aborted: %s", _client(request), exc)
+        raise IntakeError(400, "aborted", str(exc)) from None
+
+
+def _client(request: Request) -> str:
+    client = request.client
+    return f"{client.host}:{client.port}" if client else "unknown client"
 
 
 def _since(text: str | None) -> float | None:

@@ -255,7 +255,9 @@ def run(settings: Any) -> int:
     tune_for_throughput()
     started = False
     try:
-        started = serve(create_app(pipeline), settings.listen)
+        started = serve(
+            create_app(pipeline), settings.listen, header_timeout=settings.header_timeout_seconds
+        )
     finally:
         log.info("shutting down: judging buffered traces, draining the forwarder")
         pipeline.close()

@@ -44,6 +44,8 @@ class CollectorSettings(BaseSettings):
     max_span_bytes: int = Field(default=64 * 1024, gt=0)  # one encoded span, attributes included
     intake_queue_spans: int = Field(default=50_000, gt=0)
     retry_after_seconds: int = Field(default=1, ge=0)
+    header_timeout_seconds: float = Field(default=10.0, gt=0)  # request line and headers
+    body_timeout_seconds: float = Field(default=30.0, gt=0)  # a whole body, once headers are in
     journal: bool = True  # accepted bodies kept on disk until judged: kill -9 loses none
     intake_decoders: int = Field(default=2, gt=0)  # threads decoding bodies off the event loop
 

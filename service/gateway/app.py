@@ -38,7 +38,7 @@ from spanbudget.service.prompt import PromptBuilder
 from spanbudget.service.retrieval import Retriever
 from spanbudget.service.settings import Settings
 from spanbudget.service.vectorstore import StoreError
-from spanbudget.serving import BodyTooLarge, read_body
+from spanbudget.serving import BodyAborted, BodyTimeout, BodyTooLarge, read_body
 
 __all__ = ["create_app"]
 
@@ -93,6 +93,10 @@ async def _read_body(request: Request, limit: int) -> bytes:
     except BodyTooLarge:
         message = f"request body exceeds {limit} bytes"
         raise GatewayError(413, message, code="request_too_large") from None
+    except BodyTimeout as exc:
+        raise GatewayError(408, str(exc), code="request_timeout") from None
+    except BodyAborted as exc:  # nobody is left to read the answer
+        raise GatewayError(400, str(exc), code="request_aborted") from None
 
 
 def _set_server_ttfc(server_span: Span) -> None:

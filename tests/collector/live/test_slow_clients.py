@@ -1,0 +1,106 @@
+"""Slow and vanishing clients against `spanbudget collect`: a connection that never
+finishes its headers is closed after the header timeout, a body that never finishes is
+answered 408 after the body timeout, and an upload cut short is one log line, not a
+traceback. Before, a hundred such connections each kept a descriptor for ever."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.deploy.processes import spanbudget_command, start_process, stop_process
+from tests.support.servers import free_port, wait_until
+
+SLOW = 100
+TIMEOUT_S = 1.0
+
+
+@pytest.fixture
+def collector(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[int, int, Path]]:
+    """(port, pid, log) of a collector with 1 s header and body timeouts."""
+    monkeypatch.setenv("SPANBUDGET_COLLECTOR_HEADER_TIMEOUT_SECONDS", str(TIMEOUT_S))
+    monkeypatch.setenv("SPANBUDGET_COLLECTOR_BODY_TIMEOUT_SECONDS", str(TIMEOUT_S))
+    port = free_port()
+    log = tmp_path / "collector.log"
+    command = spanbudget_command(
+        "collect", *("--listen", f"127.0.0.1:{port}"), *("--db", str(tmp_path / "v.db"))
+    )
+    process = start_process(command, f"http://127.0.0.1:{port}/healthz", log)
+    try:
+        yield port, process.pid, log
+    finally:
+        stop_process(process)
+
+
+def descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    sock.settimeout(0.05)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_connections_that_never_finish_their_headers_are_closed(
+    collector: tuple[int, int, Path],
+) -> None:
+    port, pid, _ = collector
+    before = descriptors(pid)
+    sockets = []
+    for _ in range(SLOW):
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl")
+        sockets.append(sock)
+    try:
+        wait_until(lambda: descriptors(pid) >= before + SLOW, "every slow connection accepted")
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+        started = time.monotonic()
+        wait_until(lambda: all(closed_by_peer(s) for s in sockets), "all closed", timeout=15)
+        closed_after = time.monotonic() - started
+        wait_until(lambda: descriptors(pid) <= before + 2, "their descriptors released")
+    finally:
+        for sock in sockets:
+            sock.close()
+    print(
+        f"\n{SLOW} slow connections: descriptors {before} -> {before + SLOW} -> back,"
+        f" closed {closed_after:.1f} s after the last was accepted"
+    )
+    assert closed_after < TIMEOUT_S + 2
+
+
+def test_a_body_that_never_finishes_is_408_and_a_cut_upload_one_line(
+    collector: tuple[int, int, Path],
+) -> None:
+    port, _, log = collector
+    head = (
+        b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/x-protobuf\r\nContent-Length: 1000\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(head + b"\x0a" * 10)
+        sock.settimeout(TIMEOUT_S + 5)
+        started = time.monotonic()
+        answer = sock.recv(4096)
+        waited = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
+    assert TIMEOUT_S - 0.2 <= waited < TIMEOUT_S + 2
+    for _ in range(3):  # uploads cut short: the client goes away mid-body
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(head + b"\x0a" * 10)
+            time.sleep(0.1)
+    time.sleep(0.5)
+    assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+    text = log.read_text()
+    assert "Traceback" not in text
+    assert text.count("aborted") == 3  # one line each
