@@ -300,6 +300,8 @@ class AlertEngine:
             for verdict in verdicts:
                 if verdict.budget != self.budget.name or verdict.trace_id in self._seen:
                     continue  # another budget's, or seen already: never counted twice
+                if verdict.damaged:
+                    continue  # it lost spans: its stages cannot be held to their limits
                 self._seen[verdict.trace_id] = None
                 if len(self._seen) > _SEEN_TRACES:
                     self._seen.popitem(last=False)

@@ -86,7 +86,7 @@ cdef tuple _STAGE_FIELDS = ("name", "ms", "target_ms", "limit_ms", "status", "br
 cdef tuple _VERDICT_FIELDS = (
     "trace_id", "budget", "status", "ttft_ms", "total_target_ms", "total_limit_ms",
     "total_status", "stages", "unattributed_ms", "blame", "overrun_ms", "skew_adjusted_ms",
-    "attributes", "evaluated_at",
+    "attributes", "evaluated_at", "damaged",
 )
 cdef tuple _JUDGED_FIELDS = ("verdict", "root_span_id", "span_stages", "first_token_ns", "tree")
 
@@ -353,6 +353,7 @@ cdef class CompiledJudge:
             self._round(trace.skew_ns),
             carried_attributes(root.attributes, trace.model()),
             evaluated_at,
+            None,  # damaged: the core marks a trace that lost spans
         ))
         span_stages = {}
         for i in range(trace.node_count):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -81,6 +81,9 @@ class Verdict:
     skew_adjusted_ms: float
     attributes: Mapping[str, str | int | float | bool]
     evaluated_at: datetime
+    # Spans the trace lost before it was judged, by reason (`span_too_large`: refused at
+    # intake; `trace_span_limit`: over the per-trace bound); None when it arrived whole.
+    damaged: Mapping[str, int] | None = None
 
     def stage(self, name: str) -> StageResult:
         for result in self.stages:
@@ -88,7 +91,19 @@ class Verdict:
                 return result
         raise KeyError(name)
 
+    def as_damaged(self, lost: Mapping[str, int]) -> Verdict:
+        """This verdict of a trace that lost spans: its numbers are kept (they are what the
+        spans that came show) but it is `incomplete`, blames no stage and has no overrun,
+        since a missing span may have held the time (DESIGN §6, `damaged`)."""
+        return replace(self, status=Status.INCOMPLETE, blame=(), overrun_ms=0.0, damaged=dict(lost))
+
     def to_dict(self) -> dict[str, Any]:
+        document = self._document()
+        if self.damaged:
+            document["damaged"] = dict(self.damaged)
+        return document
+
+    def _document(self) -> dict[str, Any]:
         return {
             "trace_id": self.trace_id,
             "budget": self.budget,
@@ -141,6 +156,7 @@ class Verdict:
             skew_adjusted_ms=data["skew_adjusted_ms"],
             attributes=data.get("attributes", {}),
             evaluated_at=datetime.fromisoformat(data["evaluated_at"]),
+            damaged=data.get("damaged") or None,
         )
 
 

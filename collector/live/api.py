@@ -24,6 +24,7 @@ from spanbudget.collector.live.intake import (
     JSON,
     PROTOBUF,
     QUEUE_FULL,
+    Batch,
     IntakeError,
     encode_response,
     encode_status,
@@ -100,7 +101,7 @@ def create_app(pipeline: Pipeline) -> FastAPI:
                 batch = await asyncio.get_running_loop().run_in_executor(pipeline.decoders, receive)
         except IntakeError as exc:
             return refuse(exc, as_json, retry_after if exc.status == 503 else None)
-        message = f"{batch.rejected} span(s) over {settings.max_span_bytes} bytes were rejected"
+        message = _rejection(batch, settings.max_span_bytes, settings.max_spans_per_trace)
         return Response(
             encode_response(batch.rejected, message, as_json=as_json),
             media_type=JSON if as_json else PROTOBUF,
@@ -224,6 +225,20 @@ async def _read_body(request: Request, limit: int, timeout: float) -> bytes:
     except BodyAborted as exc:
         log.info("upload from %s aborted: %s", _client(request), exc)
         raise IntakeError(400, "aborted", str(exc)) from None
+
+
+def _rejection(batch: Batch, max_span_bytes: int, max_spans_per_trace: int) -> str:
+    """The partial-success message: how many spans were refused, and why."""
+    by_reason: dict[str, int] = {}
+    for reasons in batch.lost.values():
+        for reason, n in reasons.items():
+            by_reason[reason] = by_reason.get(reason, 0) + n
+    texts = {
+        "span_too_large": f"over {max_span_bytes} bytes",
+        "trace_span_limit": f"past {max_spans_per_trace} spans in one trace",
+    }
+    parts = [f"{n} span(s) {texts.get(reason, reason)}" for reason, n in sorted(by_reason.items())]
+    return "rejected: " + "; ".join(parts) + " (their traces are judged as damaged)"
 
 
 def _client(request: Request) -> str:

@@ -7,7 +7,7 @@ has passed since its last span, or its age passes `max_age`. Everything is bound
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from spanbudget.collector.live.held import HeldSpan
@@ -22,6 +22,7 @@ class _Pending:
     last: float
     spans: dict[str, HeldSpan] = field(default_factory=dict)
     has_root: bool = False
+    lost: dict[str, int] | None = None  # spans it lost before judging, by reason
 
 
 @dataclass(slots=True)
@@ -31,6 +32,7 @@ class DueTrace:
     trace_id: str
     spans: list[HeldSpan]
     reason: str
+    lost: dict[str, int] | None = None  # spans lost on the way, by reason: judge as damaged
 
 
 @dataclass(slots=True)
@@ -77,10 +79,17 @@ class Assembly:
         return len(self._by_first)
 
     def add(
-        self, spans: Sequence[HeldSpan], now: float, *, local_roots: Collection[str] = ()
+        self,
+        spans: Sequence[HeldSpan],
+        now: float,
+        *,
+        local_roots: Collection[str] = (),
+        lost: Mapping[str, Mapping[str, int]] | None = None,
     ) -> AddResult:
         """Hold `spans`. A span counts as the trace's root when it has no parent or its id
         is in `local_roots` (in-process use: a span whose parent lives in another process).
+        `lost` (trace id -> reason -> count) are spans of these traces refused before
+        they got here; they, and spans over the per-trace bound, mark a trace damaged.
         """
         result = AddResult()
         by_first, by_last, decided = self._by_first, self._by_last, self._decided
@@ -102,6 +111,7 @@ class Assembly:
                 continue
             elif len(trace.spans) >= limit:
                 result.over_trace_limit += 1
+                _lose(trace, "trace_span_limit", 1)
                 continue
             trace.spans[span.span_id] = item
             if span.parent_span_id is None or span.span_id in local_roots:
@@ -112,6 +122,15 @@ class Assembly:
                 by_last.move_to_end(trace_id)
             except KeyError:
                 by_last[trace_id] = trace
+        for trace_id, reasons in (lost or {}).items():
+            trace = by_first.get(trace_id)
+            if trace is None:
+                if trace_id in decided:
+                    continue  # decided already: too late to say
+                trace = _Pending(trace_id, now, now)  # every span of it refused so far
+                by_first[trace_id] = trace
+            for reason, n in reasons.items():
+                _lose(trace, reason, n)
         while self.span_count > self.max_spans and len(by_first) > 1:
             result.evicted.append(self._decide(next(iter(by_first)), "evicted"))
         return result
@@ -169,4 +188,10 @@ class Assembly:
         decided[trace_id] = None
         if len(decided) > self.decided_memory:
             decided.popitem(last=False)
-        return DueTrace(trace_id, list(trace.spans.values()), reason)
+        return DueTrace(trace_id, list(trace.spans.values()), reason, trace.lost)
+
+
+def _lose(trace: _Pending, reason: str, n: int) -> None:
+    if trace.lost is None:
+        trace.lost = {}
+    trace.lost[reason] = trace.lost.get(reason, 0) + n

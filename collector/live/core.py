@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from spanbudget.collector.budget.model import Budget
@@ -25,6 +26,8 @@ from spanbudget.collector.live.sinks import DecidedTrace, Decisions, VerdictSink
 __all__ = ["JudgingCore"]
 
 log = logging.getLogger(__name__)
+# One `offer`: its spans, the ids of local roots among them, what their traces lost.
+_Offer = tuple[Sequence[HeldSpan], Collection[str], Mapping[str, Mapping[str, int]] | None]
 # The longest the worker sleeps with nothing due: spans offered without waking it (the
 # in-process processor's children) wait no longer than this to be assembled.
 _IDLE_WAIT_SECONDS = 0.5
@@ -64,7 +67,7 @@ class JudgingCore:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # wakes the worker
         self._done = threading.Condition(self._lock)  # wakes whoever waits for a step
-        self._queue: list[tuple[Sequence[HeldSpan], Collection[str]]] = []
+        self._queue: list[_Offer] = []
         self._queued_spans = 0
         self._closing = False
         self._busy = False
@@ -96,13 +99,15 @@ class JudgingCore:
         *,
         local_roots: Collection[str] = (),
         wake: bool = True,
+        lost: Mapping[str, Mapping[str, int]] | None = None,
     ) -> bool:
         """Queue spans for the worker; False when the queue is full or the core closing.
 
         `local_roots` name spans whose parents live in another process (they complete a
         trace as a root would). `wake=False` leaves the worker asleep until its next
         deadline (at most half a second): for a caller that offers span by span, whose
-        spans cannot make a trace due sooner.
+        spans cannot make a trace due sooner. `lost` names spans of these traces refused
+        on the way (trace id -> reason -> count): their verdicts say `damaged`.
         """
         n = len(spans)
         if n == 0:  # nothing to judge or forward; queued, such offers would escape the bound
@@ -110,7 +115,7 @@ class JudgingCore:
         with self._lock:
             if self._closing or self._queued_spans + n > self.max_queue_spans:
                 return False
-            self._queue.append((spans, local_roots))
+            self._queue.append((spans, local_roots, lost))
             self._queued_spans += n
             if wake:
                 self._work.notify()
@@ -199,7 +204,7 @@ class JudgingCore:
 
     def _step(
         self,
-        batches: list[tuple[Sequence[HeldSpan], Collection[str]]],
+        batches: list[_Offer],
         budget: Budget,
         *,
         flush: bool,
@@ -212,8 +217,8 @@ class JudgingCore:
             self._evaluator = self._make_evaluator(budget)
         traces: list[DecidedTrace] = []
         late: list[HeldSpan] = []
-        for spans, local_roots in batches:
-            result = assembly.add(spans, now, local_roots=local_roots)
+        for spans, local_roots, lost in batches:
+            result = assembly.add(spans, now, local_roots=local_roots, lost=lost)
             if result.duplicates:
                 metrics.spans_rejected.labels("duplicate").inc(result.duplicates)
             if result.over_trace_limit:
@@ -261,5 +266,7 @@ class JudgingCore:
                 continue
             if judged is None:
                 self.metrics.traces_skipped.inc()
+            elif trace.lost:
+                judged = replace(judged, verdict=judged.verdict.as_damaged(trace.lost))
             out.append(DecidedTrace(trace.trace_id, trace.spans, trace.reason, judged))
         return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from google.protobuf import json_format
 from google.rpc import status_pb2
@@ -59,6 +59,7 @@ class Batch:
 
     spans: list[HeldSpan]
     rejected: int = 0
+    lost: dict[str, dict[str, int]] = field(default_factory=dict)  # trace id -> reason -> n
 
 
 def is_json(content_type: str | None) -> bool:
@@ -96,14 +97,15 @@ def decode_export(
         raise IntakeError(400, "malformed", "empty body: send an ExportTraceServiceRequest")
     try:
         request = request_from_protobuf(body, _SOURCE) if media == PROTOBUF else _from_json(body)
-        rejected = _drop_oversized(request, max_span_bytes) if len(body) > max_span_bytes else 0
+        lost = _drop_oversized(request, max_span_bytes) if len(body) > max_span_bytes else {}
         spans = spans_from_otlp(request, source=_SOURCE)
     except TraceReadError as exc:
         raise IntakeError(400, "malformed", str(exc)) from None
+    rejected = sum(lost.values())
     if rejected and not spans:
         raise IntakeError(400, "span_too_large", f"every span is over {max_span_bytes} bytes")
     held = _held(request, spans) if originals else [HeldSpan(span) for span in spans]
-    return Batch(held, rejected)
+    return Batch(held, rejected, {t: {"span_too_large": n} for t, n in lost.items()})
 
 
 # Real OTLP exporters send one gzip member; concatenated members are valid gzip, but a body
@@ -159,16 +161,18 @@ def _from_json(body: bytes) -> ExportTraceServiceRequest:
         raise TraceReadError(_SOURCE, "JSON nested too deeply") from None
 
 
-def _drop_oversized(request: ExportTraceServiceRequest, max_span_bytes: int) -> int:
-    """Remove spans whose encoding exceeds the limit (a 1 MB attribute); return how many."""
-    dropped = 0
+def _drop_oversized(request: ExportTraceServiceRequest, max_span_bytes: int) -> dict[str, int]:
+    """Remove spans whose encoding exceeds the limit (a 1 MB attribute); return how many
+    each trace lost, by hex trace id."""
+    dropped: dict[str, int] = {}
     for resource_spans in request.resource_spans:
         for scope_spans in resource_spans.scope_spans:
             spans = scope_spans.spans
             for i in range(len(spans) - 1, -1, -1):
                 if spans[i].ByteSize() > max_span_bytes:
+                    trace_id = spans[i].trace_id.hex()
+                    dropped[trace_id] = dropped.get(trace_id, 0) + 1
                     del spans[i]
-                    dropped += 1
     return dropped
 
 

@@ -39,6 +39,7 @@ from spanbudget.collector.live.alerting import AlertsSink
 from spanbudget.collector.live.assembly import Assembly
 from spanbudget.collector.live.core import JudgingCore
 from spanbudget.collector.live.forward import Forwarder
+from spanbudget.collector.live.held import HeldSpan
 from spanbudget.collector.live.intake import QUEUE_FULL, Batch, IntakeError, decode_export
 from spanbudget.collector.live.jaeger_pull import JaegerPull
 from spanbudget.collector.live.journal import Journal, JournalSink
@@ -96,6 +97,11 @@ class Pipeline:
         metrics, spans = self.metrics, batch.spans
         if batch.rejected:
             metrics.spans_rejected.labels("span_too_large").inc(batch.rejected)
+        per_trace = self.settings.max_spans_per_trace
+        if len(spans) > per_trace:  # one trace may hold more than its bound: refuse the rest
+            spans = _within_trace_bound(batch, per_trace)
+            metrics.spans_rejected.labels("trace_span_limit").inc(len(batch.spans) - len(spans))
+            batch.spans = spans
         limit = self.settings.intake_queue_spans
         if len(spans) > limit:  # it could never fit, however long the client waits
             metrics.spans_rejected.labels("too_many_spans").inc(len(spans))
@@ -112,7 +118,7 @@ class Pipeline:
                 content_type=content_type,
                 content_encoding=content_encoding,
             )
-        if not self.core.offer(spans):
+        if not self.core.offer(spans, lost=batch.lost):
             if seq is not None:
                 journal.cancel(seq)  # type: ignore[union-attr]
             metrics.spans_rejected.labels("queue_full").inc(len(spans))
@@ -141,7 +147,7 @@ class Pipeline:
             judged = self.store.known({held.span.trace_id for held in batch.spans})
             spans = [held for held in batch.spans if held.span.trace_id not in judged]
             journal.track(entry.seq, {held.span.trace_id for held in spans})
-            while spans and not self.core.offer(spans):
+            while spans and not self.core.offer(spans, lost=batch.lost):
                 time.sleep(0.05)
             replayed += len(spans)
         if replayed:
@@ -189,6 +195,25 @@ class Pipeline:
             self.alerts.close()
         if self.dispatcher is not None:
             self.dispatcher.close()
+
+
+def _within_trace_bound(batch: Batch, per_trace: int) -> list[HeldSpan]:
+    """The batch's spans less those past `per_trace` in their trace, which are counted in
+    `batch.rejected` (the answer's partial success) and `batch.lost` (the trace's damage)."""
+    counts: dict[str, int] = {}
+    kept: list[HeldSpan] = []
+    for held in batch.spans:
+        trace_id = held.span.trace_id
+        n = counts.get(trace_id, 0) + 1
+        counts[trace_id] = n
+        if n <= per_trace:
+            kept.append(held)
+    for trace_id, n in counts.items():
+        if n > per_trace:
+            reasons = batch.lost.setdefault(trace_id, {})
+            reasons["trace_span_limit"] = reasons.get("trace_span_limit", 0) + n - per_trace
+            batch.rejected += n - per_trace
+    return kept
 
 
 def assemble(

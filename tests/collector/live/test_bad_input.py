@@ -143,9 +143,39 @@ def test_a_big_span_is_rejected_alone_with_partial_success(collector: Collector)
     json_response = collector.post(otlp_json(request), JSON)
     assert json_response.status_code == 200
     assert json_response.json()["partialSuccess"]["rejectedSpans"] == "1"
-    # The rest of the trace is still judged, without the rejected span.
+    # The rest of the trace is judged without the rejected span, and says it is damaged:
+    # not blamed as if whole (the refused span may have held the time).
     verdict = collector.verdict("ab" * 16)
     assert verdict["spans"] == len(rag_trace().spans) - 1
+    assert verdict["damaged"] == {"span_too_large": 2}  # refused in each of the two requests
+    assert (verdict["status"], verdict["blame"], verdict["overrun_ms"]) == ("incomplete", [], 0)
+
+
+def test_spans_past_the_per_trace_bound_get_partial_success_and_a_damaged_verdict(
+    tmp_path: Path,
+) -> None:
+    """One trace of 1,500 spans in one request, at a bound of 1,000 spans per trace: the
+    answer says 500 were rejected (OTLP partial success), the verdict says damaged; a
+    whole trace in the same request is judged as ever."""
+    big = rag_trace(trace_id="ee" * 16)
+    parent = big.spans[1].span_id
+    for i in range(1500 - len(big.spans)):
+        big.add(f"extra.{i}", 20, 21, parent=parent)
+    whole = rag_trace(trace_id="ef" * 16)
+    with running_collector(tmp_path) as running:
+        response = running.post(to_request(big.spans + whole.spans).SerializeToString(), PROTOBUF)
+        assert response.status_code == 200
+        answer = ExportTraceServiceResponse.FromString(response.content)
+        assert answer.partial_success.rejected_spans == 500
+        assert "past 1000 spans in one trace" in answer.partial_success.error_message
+        damaged = running.verdict("ee" * 16)
+        assert damaged["spans"] == 1000
+        assert damaged["damaged"] == {"trace_span_limit": 500}
+        assert damaged["status"] == "incomplete"
+        fine = running.verdict("ef" * 16)
+        assert "damaged" not in fine
+        assert fine["status"] == "ok"
+        assert running.metric("spanbudget_spans_rejected_total", reason="trace_span_limit") == 500
 
 
 def test_after_all_the_bad_input_good_traces_are_still_judged(collector: Collector) -> None:
