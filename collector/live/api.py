@@ -20,6 +20,7 @@ from spanbudget.collector.alerts.engine import RuleState
 from spanbudget.collector.durations import parse_since
 from spanbudget.collector.judging.verdict import Status
 from spanbudget.collector.links import MAX_LIST
+from spanbudget.collector.live.admission import Admission
 from spanbudget.collector.live.intake import (
     JSON,
     PROTOBUF,
@@ -74,6 +75,7 @@ def create_app(pipeline: Pipeline) -> FastAPI:
             headers=headers,
         )
 
+    admission = Admission(pipeline.core.queued, settings.intake_queue_spans)
     busy = IntakeError(503, "queue_full", QUEUE_FULL)
     retry_after = {"Retry-After": str(settings.retry_after_seconds)}
 
@@ -87,11 +89,19 @@ def create_app(pipeline: Pipeline) -> FastAPI:
                 as_json,
                 {"WWW-Authenticate": "Bearer"},
             )
-        if not pipeline.core.has_room():  # admission first: a refusal costs no decoding
+        encoding = request.headers.get("content-encoding")
+        declared = request.headers.get("content-length", "")
+        # Admission first: a refusal costs neither reading nor decoding the body.
+        reserved = admission.admit(
+            int(declared) if declared.isdigit() else None,
+            compressed=encoding not in (None, "identity"),
+        )
+        if reserved is None:
             return refuse(busy, as_json, retry_after)
+        body = b""
+        batch = None
         try:
             body = await _read_body(request, settings.max_body_bytes, settings.body_timeout_seconds)
-            encoding = request.headers.get("content-encoding")
             receive = functools.partial(
                 pipeline.receive, body, content_type=content_type, content_encoding=encoding
             )
@@ -101,6 +111,10 @@ def create_app(pipeline: Pipeline) -> FastAPI:
                 batch = await asyncio.get_running_loop().run_in_executor(pipeline.decoders, receive)
         except IntakeError as exc:
             return refuse(exc, as_json, retry_after if exc.status == 503 else None)
+        finally:
+            plain = encoding in (None, "identity")
+            spans = len(batch.spans) + batch.rejected if batch is not None and plain else 0
+            admission.settle(reserved, len(body), spans)
         message = _rejection(batch, settings.max_span_bytes, settings.max_spans_per_trace)
         return Response(
             encode_response(batch.rejected, message, as_json=as_json),

@@ -121,10 +121,10 @@ class JudgingCore:
                 self._work.notify()
         return True
 
-    def has_room(self) -> bool:
-        """Whether `offer` would take anything now: cheap, for admission before decoding."""
+    def queued(self) -> int:
+        """Spans queued now (the whole bound while closing: nothing more is taken)."""
         with self._lock:
-            return not self._closing and self._queued_spans < self.max_queue_spans
+            return self.max_queue_spans if self._closing else self._queued_spans
 
     def set_budget(self, budget: Budget) -> None:
         """Judge against `budget` from the next step on (traces already judged stay so)."""
