@@ -266,7 +266,22 @@ class JudgingCore:
                 continue
             if judged is None:
                 self.metrics.traces_skipped.inc()
-            elif trace.lost:
-                judged = replace(judged, verdict=judged.verdict.as_damaged(trace.lost))
+            else:
+                lost = _with_missing_parents(trace.lost, trace.spans)
+                if lost:
+                    judged = replace(judged, verdict=judged.verdict.as_damaged(lost))
             out.append(DecidedTrace(trace.trace_id, trace.spans, trace.reason, judged))
         return out
+
+
+def _with_missing_parents(
+    lost: Mapping[str, int] | None, spans: Sequence[HeldSpan]
+) -> Mapping[str, int] | None:
+    """`lost`, with `missing_parent` when more than one span's parent is not in the trace:
+    one such span is the trace's root (no parent, or a parent in a process that does not
+    export), any other means a span in between never arrived."""
+    ids = {held.span.span_id for held in spans}
+    orphans = sum(1 for held in spans if held.span.parent_span_id not in ids)
+    if orphans <= 1:
+        return lost
+    return {**(lost or {}), "missing_parent": orphans - 1}

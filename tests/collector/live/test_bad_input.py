@@ -239,3 +239,23 @@ def test_healthz_answers_while_hostile_and_large_bodies_are_decoded(collector: C
     assert codes == [400, 400, 400, 200, 200, 200]
     assert len(latencies) >= 5
     assert max(latencies) < 1.0, f"/healthz took {max(latencies):.2f} s"
+
+
+def test_a_trace_missing_a_span_in_between_is_damaged_not_blamed(tmp_path: Path) -> None:
+    """The gateway's server span never arrives: its children are orphans beside the root,
+    so the trace is judged damaged (missing_parent). A server-only trace, whose one orphan
+    is its root, and a whole trace are not."""
+    holed = rag_trace(trace_id="a1" * 16, retrieval=30)
+    server = next(s for s in holed.spans if s.name.startswith("POST /v1/chat"))
+    orphans = sum(1 for s in holed.spans if s.parent_span_id == server.span_id)
+    spans = [s for s in holed.spans if s is not server]
+    server_only = rag_trace(trace_id="a2" * 16, client_root=False).spans
+    whole = rag_trace(trace_id="a3" * 16).spans
+    with running_collector(tmp_path) as running:
+        body = to_request(spans + server_only + whole).SerializeToString()
+        assert running.post(body, PROTOBUF).status_code == 200
+        damaged = running.verdict("a1" * 16)
+        assert damaged["damaged"] == {"missing_parent": orphans}
+        assert (damaged["status"], damaged["blame"]) == ("incomplete", [])
+        for trace_id in ("a2" * 16, "a3" * 16):
+            assert "damaged" not in running.verdict(trace_id)
