@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 from spanbudget.collector.live.held import HeldSpan
 
-__all__ = ["AddResult", "Assembly", "DueTrace"]
+__all__ = ["REVISION", "AddResult", "Assembly", "DueTrace"]
+
+REVISION = "revision"  # the reason of a trace due again: late spans within the horizon
 
 
 @dataclass(slots=True)
@@ -27,12 +29,24 @@ class _Pending:
 
 @dataclass(slots=True)
 class DueTrace:
-    """A trace ready for judgement. `reason`: complete, max_age, evicted or flush."""
+    """A trace ready for judgement. `reason`: complete, max_age, evicted, flush, or
+    revision (judged before; late spans came within the revision horizon)."""
 
     trace_id: str
     spans: list[HeldSpan]
     reason: str
     lost: dict[str, int] | None = None  # spans lost on the way, by reason: judge as damaged
+
+
+@dataclass(slots=True)
+class _Settled:
+    """A decided trace's spans, kept for the revision horizon."""
+
+    trace_id: str
+    decided: float
+    spans: dict[str, HeldSpan]
+    lost: dict[str, int] | None
+    last_late: float = 0.0  # when its latest late span came
 
 
 @dataclass(slots=True)
@@ -63,6 +77,8 @@ class Assembly:
         max_spans_per_trace: int,
         decided_memory: int,
         max_spans: int | None = None,
+        revise_seconds: float = 0.0,
+        revise_spans: int = 0,
     ) -> None:
         self.decision_wait = decision_wait
         self.max_age = max_age
@@ -74,6 +90,14 @@ class Assembly:
         self._by_last: OrderedDict[str, _Pending] = OrderedDict()  # quiet order, for the wait
         self._decided: OrderedDict[str, None] = OrderedDict()
         self.span_count = 0
+        # Revision: decided traces' spans kept `revise_seconds` (at most `revise_spans`
+        # spans in all); a late span within that joins them, and once quiet for the
+        # decision wait the trace is due again, as a revision.
+        self.revise_seconds = revise_seconds
+        self.revise_spans = revise_spans
+        self._settled: OrderedDict[str, _Settled] = OrderedDict()  # decision order
+        self._settled_spans = 0
+        self._revising: OrderedDict[str, _Settled] = OrderedDict()  # by latest late span
 
     def __len__(self) -> int:
         return len(self._by_first)
@@ -101,6 +125,7 @@ class Assembly:
             if trace is None:
                 if trace_id in decided:
                     result.late.append(item)
+                    self._late(item, now)
                     continue
                 trace = _Pending(trace_id, now, now)
                 by_first[trace_id] = trace
@@ -145,7 +170,7 @@ class Assembly:
             if trace.last > wait_cutoff:
                 break
             if trace.has_root:
-                out.append(self._decide(trace.trace_id, "complete"))
+                out.append(self._decide(trace.trace_id, "complete", now))
             else:
                 # Quiet but rootless: only max_age decides it now, unless more spans come.
                 del by_last[trace.trace_id]
@@ -155,12 +180,23 @@ class Assembly:
             trace = next(iter(by_first.values()))
             if trace.first > age_cutoff:
                 break
-            out.append(self._decide(trace.trace_id, "max_age"))
+            out.append(self._decide(trace.trace_id, "max_age", now))
+        self._forget_settled(now - self.revise_seconds)
+        revising = self._revising
+        while revising:
+            settled = next(iter(revising.values()))
+            if settled.last_late > wait_cutoff:
+                break
+            del revising[settled.trace_id]
+            out.append(self._revision(settled))
         return out
 
     def flush(self) -> list[DueTrace]:
-        """Every held trace, now (shutdown, force_flush)."""
-        return [self._decide(trace_id, "flush") for trace_id in list(self._by_first)]
+        """Every held trace, now (shutdown, force_flush), and every revision waiting."""
+        out = [self._decide(trace_id, "flush") for trace_id in list(self._by_first)]
+        out += [self._revision(settled) for settled in self._revising.values()]
+        self._revising.clear()
+        return out
 
     def remember(self, trace_ids: Iterable[str]) -> None:
         """Count these traces as decided already (judged before a restart, say): their
@@ -178,9 +214,12 @@ class Assembly:
             deadlines.append(next(iter(self._by_last.values())).last + self.decision_wait)
         if self._by_first:
             deadlines.append(next(iter(self._by_first.values())).first + self.max_age)
+        if self._revising:
+            deadlines.append(next(iter(self._revising.values())).last_late + self.decision_wait)
         return min(deadlines) if deadlines else None
 
-    def _decide(self, trace_id: str, reason: str) -> DueTrace:
+    def _decide(self, trace_id: str, reason: str, now: float | None = None) -> DueTrace:
+        """Take a trace out to be judged; with `now`, keep its spans for revision."""
         trace = self._by_first.pop(trace_id)
         self._by_last.pop(trace_id, None)
         self.span_count -= len(trace.spans)
@@ -188,7 +227,37 @@ class Assembly:
         decided[trace_id] = None
         if len(decided) > self.decided_memory:
             decided.popitem(last=False)
+        if now is not None and self.revise_seconds > 0 and self.revise_spans > 0:
+            self._settled[trace_id] = _Settled(trace_id, now, trace.spans, trace.lost)
+            self._settled_spans += len(trace.spans)
+            while self._settled_spans > self.revise_spans and self._settled:
+                self._pop_settled()
         return DueTrace(trace_id, list(trace.spans.values()), reason, trace.lost)
+
+    def _late(self, item: HeldSpan, now: float) -> None:
+        """A late span of a trace still kept for revision joins it, to be judged again."""
+        settled = self._settled.get(item.span.trace_id)
+        if settled is None or item.span.span_id in settled.spans:
+            return
+        if len(settled.spans) >= self.max_spans_per_trace:
+            return
+        settled.spans[item.span.span_id] = item
+        self._settled_spans += 1
+        settled.last_late = now
+        self._revising[settled.trace_id] = settled
+        self._revising.move_to_end(settled.trace_id)
+
+    def _forget_settled(self, cutoff: float) -> None:
+        settled = self._settled
+        while settled and next(iter(settled.values())).decided <= cutoff:
+            self._pop_settled()
+
+    def _pop_settled(self) -> None:
+        _, gone = self._settled.popitem(last=False)
+        self._settled_spans -= len(gone.spans)  # a revision waiting keeps its own reference
+
+    def _revision(self, settled: _Settled) -> DueTrace:
+        return DueTrace(settled.trace_id, list(settled.spans.values()), REVISION, settled.lost)
 
 
 def _lose(trace: _Pending, reason: str, n: int) -> None:

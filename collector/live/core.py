@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.evaluate import Evaluator
-from spanbudget.collector.live.assembly import Assembly, DueTrace
+from spanbudget.collector.live.assembly import REVISION, Assembly, DueTrace
 from spanbudget.collector.live.held import HeldSpan
 from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.sinks import DecidedTrace, Decisions, VerdictSink
@@ -234,13 +234,17 @@ class JudgingCore:
                     )
                 )
         due = assembly.flush() if flush else assembly.due(now)
+        revised: list[DecidedTrace] = []
         if due:
-            traces += self._judge(due)
+            for decided in self._judge(due):
+                (revised if decided.reason == REVISION else traces).append(decided)
+            if revised:
+                metrics.verdicts_revised.inc(sum(1 for t in revised if t.judged is not None))
         metrics.buffered_traces.set(len(assembly))
         metrics.intake_queue_spans.set(self._queued_spans)
-        if not (traces or late or switched):
+        if not (traces or late or switched or revised):
             return
-        decisions = Decisions(budget, traces, late)
+        decisions = Decisions(budget, traces, late, revised)
         for sink in self.sinks:
             try:
                 sink.consume(decisions)
@@ -265,7 +269,8 @@ class JudgingCore:
                 )
                 continue
             if judged is None:
-                self.metrics.traces_skipped.inc()
+                if trace.reason != REVISION:
+                    self.metrics.traces_skipped.inc()
             else:
                 lost = _with_missing_parents(trace.lost, trace.spans)
                 if lost:

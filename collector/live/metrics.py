@@ -102,6 +102,12 @@ class CollectorMetrics:
             "Spans delivered downstream over OTLP.",
             registry=registry,
         )
+        self.verdicts_revised = Counter(
+            "spanbudget_verdicts_revised",
+            "Verdicts judged again because late spans of their trace came within the"
+            " revision horizon (the stored verdict is replaced).",
+            registry=registry,
+        )
         self.forward_dropped = Counter(
             "spanbudget_forward_spans_dropped",
             "Spans given up on by the forwarder (queue_full, rejected, gave_up, shutdown).",

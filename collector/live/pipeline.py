@@ -292,6 +292,8 @@ def assemble(
             max_spans_per_trace=settings.max_spans_per_trace,
             decided_memory=settings.decided_memory,
             max_spans=settings.max_buffered_spans,
+            revise_seconds=settings.revise_seconds,
+            revise_spans=settings.revise_spans,
         ),
         metrics=metrics,
         max_queue_spans=settings.intake_queue_spans,

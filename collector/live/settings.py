@@ -56,6 +56,10 @@ class CollectorSettings(BaseSettings):
     max_spans_per_trace: int = Field(default=1_000, gt=0)
     max_buffered_spans: int = Field(default=500_000, gt=0)  # all held traces together
     decided_memory: int = Field(default=200_000, gt=0)  # trace ids remembered to spot late spans
+    # Late spans within this long after a trace's verdict revise it (0: never); the decided
+    # traces' spans are kept that long, at most revise_spans spans in all.
+    revise_seconds: float = Field(default=60.0, ge=0)
+    revise_spans: int = Field(default=100_000, ge=0)
 
     # Verdict store.
     retention_seconds: float = Field(default=7 * 86400.0, gt=0)

@@ -48,12 +48,18 @@ class Decisions:
 
     `budget` is the one the step's verdicts were judged against; after a reload the next
     step carries the new one even when it decided nothing. `late` are spans of traces
-    decided before (in an earlier step, or before a restart).
+    decided before (in an earlier step, or before a restart); `revised` are traces
+    judged again with such spans (a trace is in `traces` once, and in `revised` any
+    number of times after).
     """
 
     budget: Budget
     traces: Sequence[DecidedTrace]
     late: Sequence[HeldSpan] = ()
+    # Traces judged again because late spans came within the revision horizon: their
+    # verdicts replace the first ones (the store, the kept spans, the metrics' count);
+    # every other sink has had the trace and its late spans already and leaves these be.
+    revised: Sequence[DecidedTrace] = ()
 
     def verdicts(self) -> list[Verdict]:
         """The verdicts of the judged traces, in the order they were decided."""

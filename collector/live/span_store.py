@@ -157,11 +157,12 @@ class SpanStore:
         with self._read_lock:
             self._reader.close()
 
-    def keep(self, traces: Sequence[Sequence[Span]]) -> int:
-        """Queue traces for the store's thread; returns how many were dropped (queue full)."""
+    def keep(self, traces: Sequence[Sequence[Span]], *, replace: bool = False) -> int:
+        """Queue traces for the store's thread; returns how many were dropped (queue full).
+        With `replace`, a trace kept already is replaced (its verdict was revised)."""
         with self._cond:
             room = max(0, self.max_pending - self._pending)
-            taken = list(traces[:room])
+            taken = (_Replacing if replace else list)(traces[:room])
             lost = len(traces) - len(taken)
             self.dropped += lost
             if taken and not self._closing:
@@ -199,7 +200,7 @@ class SpanStore:
                 if isinstance(job, float):
                     self._prune_now(job)
                 else:
-                    self.write(job)
+                    self.write(job, replace=isinstance(job, _Replacing))
             except Exception:  # a full disk loses these waterfalls, never the thread
                 log.exception("keeping spans failed")
                 if not isinstance(job, float):
@@ -211,8 +212,11 @@ class SpanStore:
                         self._pending -= len(job)
                     self._cond.notify_all()
 
-    def write(self, traces: Sequence[Sequence[Span]], now: float | None = None) -> None:
-        """Keep each trace's spans (a trace already kept stays as it is), then the bounds."""
+    def write(
+        self, traces: Sequence[Sequence[Span]], now: float | None = None, *, replace: bool = False
+    ) -> None:
+        """Keep each trace's spans (a trace already kept stays as it is, unless `replace`),
+        then the bounds."""
         stored_at = time.time() if now is None else now
         rows: list[tuple[Any, ...]] = []
         for spans in traces:
@@ -227,12 +231,13 @@ class SpanStore:
         writer.execute("BEGIN")
         try:
             before = writer.total_changes
+            verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
             writer.executemany(
-                "INSERT OR IGNORE INTO trace_spans (seq, trace_id, stored_at, bytes, body)"
+                f"{verb} INTO trace_spans (seq, trace_id, stored_at, bytes, body)"
                 " VALUES (?,?,?,?,?)",
                 rows,
             )
-            if writer.total_changes - before == len(rows):
+            if not replace and writer.total_changes - before == len(rows):
                 self._count += len(rows)
                 self._bytes += sum(r[3] for r in rows)
             else:  # some were kept already: count again rather than guess which
@@ -318,9 +323,16 @@ class SpanSink:
             if trace.judged is not None
         ]
         dropped = self.store.keep(judged) if judged else 0
+        revised = [[held.span for held in t.spans] for t in decisions.revised if t.judged]
+        if revised:
+            dropped += self.store.keep(revised, replace=True)
         if dropped:
             self.metrics.export_failures.labels(self.name).inc(dropped)
         self._retention.tick()
 
     def close(self) -> None:
         self.store.close()
+
+
+class _Replacing(list):  # type: ignore[type-arg]
+    """A job of traces that replace the ones kept before (revised verdicts)."""

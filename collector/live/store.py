@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
     blame TEXT NOT NULL,
     spans INTEGER NOT NULL,
     late_spans INTEGER NOT NULL DEFAULT 0,
-    body TEXT NOT NULL
+    body TEXT NOT NULL,
+    revisions INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS verdicts_time ON verdicts (evaluated_at);
 CREATE INDEX IF NOT EXISTS verdicts_run ON verdicts (run_id, evaluated_at);
@@ -77,6 +78,11 @@ class VerdictStore:
             path.parent.mkdir(parents=True, exist_ok=True)
         self._writer = connect(self.path)
         self._writer.executescript(_SCHEMA)
+        columns = {row[1] for row in self._writer.execute("PRAGMA table_info(verdicts)")}
+        if "revisions" not in columns:  # a store from before revisions
+            self._writer.execute(
+                "ALTER TABLE verdicts ADD COLUMN revisions INTEGER NOT NULL DEFAULT 0"
+            )
         self._reader = connect(self.path)
         self._read_lock = threading.Lock()
         row = self._writer.execute("SELECT COALESCE(MAX(seq), 0) FROM verdicts").fetchone()
@@ -136,6 +142,44 @@ class VerdictStore:
             writer.execute("ROLLBACK")
             raise
         return fresh
+
+    def revise(self, verdicts: Sequence[tuple[Verdict, int]]) -> int:
+        """Replace stored verdicts by their revisions (judged again with late spans);
+        `revisions` counts how often. A trace not stored (retention took it) is left out.
+        Returns how many were replaced."""
+        writer = self._writer
+        replaced = 0
+        writer.execute("BEGIN")
+        try:
+            for verdict, span_count in verdicts:
+                row = writer.execute(
+                    "UPDATE verdicts SET status = ?, ttft_ms = ?, total_status = ?, blame = ?,"
+                    " spans = ?, body = ?, revisions = revisions + 1 WHERE trace_id = ?"
+                    " RETURNING seq",
+                    (
+                        verdict.status.value,
+                        verdict.ttft_ms,
+                        verdict.total_status.value,
+                        json.dumps(list(verdict.blame)),
+                        span_count,
+                        verdict.to_json(),
+                        verdict.trace_id,
+                    ),
+                ).fetchone()
+                if row is None:
+                    continue
+                seq = row[0]
+                writer.execute("DELETE FROM stage_results WHERE seq = ?", (seq,))
+                writer.executemany(
+                    "INSERT INTO stage_results VALUES (?,?,?,?)",
+                    [(seq, s.name, s.ms, s.status.value) for s in verdict.stages],
+                )
+                replaced += 1
+            writer.execute("COMMIT")
+        except BaseException:
+            writer.execute("ROLLBACK")
+            raise
+        return replaced
 
     def add_late(self, counts: dict[str, int]) -> None:
         """Attach late spans to their stored trace (a count; they never change the verdict)."""
@@ -217,7 +261,8 @@ class VerdictStore:
     def get(self, trace_id: str) -> dict[str, Any] | None:
         with self._read_lock:
             row = self._reader.execute(
-                "SELECT body, spans, late_spans FROM verdicts WHERE trace_id = ?", (trace_id,)
+                "SELECT body, spans, late_spans, revisions FROM verdicts WHERE trace_id = ?",
+                (trace_id,),
             ).fetchone()
         return None if row is None else _served(row)
 
@@ -243,7 +288,7 @@ class VerdictStore:
         if stage is not None:
             where.append("EXISTS (SELECT 1 FROM json_each(verdicts.blame) WHERE value = ?)")
             params.append(stage)
-        sql = "SELECT body, spans, late_spans FROM verdicts"
+        sql = "SELECT body, spans, late_spans, revisions FROM verdicts"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY seq DESC LIMIT ?"
@@ -305,10 +350,14 @@ def _filters(since: float | None, run_id: str | None) -> tuple[list[str], list[A
     return where, params
 
 
-def _served(row: tuple[str, int, int]) -> dict[str, Any]:
+def _served(row: tuple[Any, ...]) -> dict[str, Any]:
+    """A stored verdict as the API serves it: its JSON, the spans it was judged from, the
+    late spans counted since, and, when late spans made it judged again, how often."""
     body: dict[str, Any] = json.loads(row[0])
     body["spans"] = row[1]
     body["late_spans"] = row[2]
+    if len(row) > 3 and row[3]:
+        body["revisions"] = row[3]
     return body
 
 
@@ -341,6 +390,10 @@ class StoreSink:
             if trace.judged is not None
         ]
         self.store.write(judged)
+        if decisions.revised:
+            self.store.revise(
+                [(t.judged.verdict, len(t.spans)) for t in decisions.revised if t.judged]
+            )
         if decisions.late:
             late: dict[str, int] = {}
             for held in decisions.late:
