@@ -7,6 +7,7 @@ evaluation, storage or forwarding.
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import hmac
 import logging
@@ -63,6 +64,8 @@ def create_app(pipeline: Pipeline) -> FastAPI:
     token = settings.receiver_token
     app = FastAPI(title="spanbudget collector", docs_url=None, redoc_url=None)
     app.add_middleware(SecurityHeaders)
+    if settings.read_token is not None:
+        app.add_middleware(ReadAuth, token=settings.read_token)
 
     def refuse(
         error: IntakeError, as_json: bool, headers: dict[str, str] | None = None
@@ -189,6 +192,49 @@ def create_app(pipeline: Pipeline) -> FastAPI:
 
     app.include_router(ui_router(pipeline))  # the web UI: /, /traces, /runs
     return app
+
+
+class ReadAuth:
+    """ASGI middleware: the web UI and the API only for whoever has the token, sent as
+    `Authorization: Bearer TOKEN` or as HTTP Basic's password (any user name: a browser
+    asks for it). The intake checks its own token; probes, /metrics and the pages' static
+    files stay open."""
+
+    OPEN = ("/healthz", "/readyz", "/metrics", "/static/", "/v1/traces")
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if scope["type"] != "http" or path.startswith(self.OPEN) or self._allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b'Basic realm="spanbudget", charset="UTF-8"'),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": b'{"detail":"token required"}'})
+
+    def _allowed(self, scope: Any) -> bool:
+        header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), b"")
+        scheme, _, value = header.decode("latin-1").partition(" ")
+        given = value.strip()
+        if scheme.lower() == "basic":
+            try:
+                given = base64.b64decode(given, validate=True).decode().partition(":")[2]
+            except (ValueError, UnicodeDecodeError):
+                return False
+        elif scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given.encode(), self.token.encode())
 
 
 class SecurityHeaders:

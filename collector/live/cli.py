@@ -99,7 +99,15 @@ def collect(
         str | None,
         typer.Option(
             envvar="SPANBUDGET_RECEIVER_TOKEN",
-            help="Require `Authorization: Bearer TOKEN` on /v1/traces.",
+            help="Require `Authorization: Bearer TOKEN` on /v1/traces (and, without"
+            " --api-token, on the web UI and /api).",
+        ),
+    ] = None,
+    api_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SPANBUDGET_API_TOKEN",
+            help="Require this token (Bearer, or HTTP Basic password) on the web UI and /api.",
         ),
     ] = None,
     max_body_bytes: Annotated[
@@ -152,6 +160,7 @@ def collect(
         "pull_jaeger": pull_jaeger,
         "pull_service": pull_service,
         "receiver_token": receiver_token,
+        "api_token": api_token,
         "max_body_bytes": max_body_bytes,
     }
     try:

@@ -29,6 +29,10 @@ class CollectorSettings(BaseSettings):
     alertmanager: str | None = None
     webhook: str | None = None
     receiver_token: str | None = None
+    # Required to read: the web UI, /api/* (Bearer, or HTTP Basic with it as the password).
+    # None: the receiver token when one is set, else open. /healthz, /readyz, /metrics and
+    # /static/* stay open (probes, Prometheus, the pages' own script and stylesheet).
+    api_token: str | None = None
 
     # Alerts (DESIGN §8).
     alert_window_scale: float = Field(default=1.0, gt=0)  # every window, `for` and hold
@@ -138,6 +142,11 @@ class CollectorSettings(BaseSettings):
         if str(self.db_path) == ":memory:":
             return None
         return self.db_path.with_name(f"{self.db_path.stem}.alerts.json")
+
+    @property
+    def read_token(self) -> str | None:
+        """The token the web UI and the API ask for: `api_token`, else the receiver's."""
+        return self.api_token or self.receiver_token
 
     @property
     def journal_path(self) -> Path | None:

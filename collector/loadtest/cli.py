@@ -43,6 +43,12 @@ def loadtest(
         Path | None, typer.Option(help='JSONL of {"prompt": ..., "max_tokens": ...}.')
     ] = None,
     api_key: Annotated[str | None, typer.Option(help="Bearer key for the gateway.")] = None,
+    collector_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SPANBUDGET_API_TOKEN", help="The collector's API token, if it asks for one."
+        ),
+    ] = None,
     run_id: Annotated[str | None, typer.Option(help="Name the run (default: random).")] = None,
     warmup: Annotated[int, typer.Option(help="Untimed requests sent first.")] = 0,
     model: Annotated[
@@ -98,6 +104,7 @@ def loadtest(
             seed=seed,
             max_concurrency=max_concurrency,
             api_key=api_key,
+            collector_token=collector_token,
             warmup=warmup,
             ui_url=collector or DEFAULT_COLLECTOR,
             jaeger_ui=jaeger_ui,

@@ -107,6 +107,7 @@ class LoadTest:
     seed: int = 0
     max_concurrency: int = 256
     api_key: str | None = None
+    collector_token: str | None = None  # for a collector whose API asks for one
     warmup: int = 0
     verdict_timeout_s: float = 30.0
     ui_url: str = ""
@@ -177,6 +178,7 @@ class LoadTest:
                     self.run_id,
                     [r.trace_id for r in records],
                     timeout_s=self.verdict_timeout_s,
+                    token=self.collector_token,
                 )
             except CollectorUnavailable as exc:
                 raise RunFailed(str(exc)) from None

@@ -52,8 +52,10 @@ def wait_for_verdicts(
     client: httpx.Client | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    token: str | None = None,
 ) -> dict[str, Verdict]:
     """Verdicts of `trace_ids` by trace id; returns what has arrived when time is up.
+    `token`: the collector's API token, when it asks for one.
 
     The collector decides a trace a decision-wait after its last span, so verdicts trail
     the last response by a couple of seconds.
@@ -63,7 +65,8 @@ def wait_for_verdicts(
     url = collector_url.rstrip("/") + "/api/verdicts"
     deadline = clock() + timeout_s
     own = client is None
-    http = client or httpx.Client(timeout=10.0)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    http = client or httpx.Client(timeout=10.0, headers=headers)
     try:
         while True:
             _read_run(http, url, run_id, wanted, found)

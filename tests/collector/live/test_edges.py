@@ -4,6 +4,7 @@ headers every page and answer carries."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -15,6 +16,8 @@ from fastapi.testclient import TestClient
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.live.api import create_app
+from spanbudget.collector.live.pipeline import assemble
+from spanbudget.collector.live.settings import CollectorSettings
 from tests.collector.live.harness import BUDGET, idle_pipeline
 from tests.support.traces import rag_trace
 
@@ -84,3 +87,28 @@ def test_pages_carry_a_content_security_policy_and_every_answer_nosniff(
     intake = client.post("/v1/traces", content=b"", headers={"Content-Type": "text/plain"})
     assert intake.status_code == 415
     assert intake.headers["x-content-type-options"] == "nosniff"
+
+
+def test_with_a_receiver_token_the_ui_and_api_ask_for_it_too(tmp_path: Path) -> None:
+    settings = CollectorSettings(
+        db_path=tmp_path / "v.db", budget_path=BUDGET, receiver_token="s3cret"
+    )
+    pipeline = assemble(settings, load_budget(BUDGET).budget, alerts=False)
+    basic = "Basic " + base64.b64encode(b"anyone:s3cret").decode()
+    with TestClient(create_app(pipeline)) as test_client:
+        for path in ("/", "/traces", "/api/summary", "/api/verdicts", "/runs"):
+            refused = test_client.get(path)
+            assert refused.status_code == 401, path
+            assert refused.headers["www-authenticate"].startswith("Basic")
+            assert test_client.get(path, headers={"Authorization": basic}).status_code == 200
+        bearer = {"Authorization": "Bearer s3cret"}
+        assert test_client.get("/api/summary", headers=bearer).status_code == 200
+        wrong = {"Authorization": "Basic " + base64.b64encode(b"anyone:nope").decode()}
+        assert test_client.get("/api/summary", headers=wrong).status_code == 401
+        assert (
+            test_client.get("/api/summary", headers={"Authorization": "Basic %%"}).status_code
+            == 401
+        )
+        for path in ("/healthz", "/readyz", "/metrics", "/static/ui.js"):  # open
+            assert test_client.get(path).status_code in (200, 503), path  # 503: not started
+    pipeline.store.close()

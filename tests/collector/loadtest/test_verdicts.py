@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.evaluate import Evaluator
-from spanbudget.collector.loadtest.verdicts import wait_for_verdicts
+from spanbudget.collector.loadtest.verdicts import CollectorUnavailable, wait_for_verdicts
 from tests.collector.live.harness import BUDGET, running_collector
 from tests.support.otlp import to_request
 from tests.support.traces import rag_trace
@@ -34,3 +36,15 @@ def test_a_run_larger_than_one_api_page_gets_every_verdict(tmp_path: Path) -> No
     )
     assert found[trace_ids[0]] == expected  # the served JSON, read back into the verdict
     assert all(found[t].trace_id == t for t in trace_ids)
+
+
+def test_a_collector_that_asks_for_a_token_is_read_with_it(tmp_path: Path) -> None:
+    trace_ids = [f"{n + 1:032x}" for n in range(3)]
+    with running_collector(tmp_path, api_token="r3ad") as collector:
+        spans = [s for trace_id in trace_ids for s in rag_trace(trace_id=trace_id).spans]
+        assert collector.post(to_request(spans).SerializeToString(), PROTOBUF).status_code == 200
+        assert collector.pipeline.core.wait_idle(10)
+        with pytest.raises(CollectorUnavailable, match="401"):
+            wait_for_verdicts(collector.url, "run-1", trace_ids, timeout_s=0)
+        found = wait_for_verdicts(collector.url, "run-1", trace_ids, timeout_s=5, token="r3ad")
+    assert set(found) == set(trace_ids)
