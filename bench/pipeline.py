@@ -8,7 +8,8 @@ conversion to spans (best of 3: the floor of the collector's own work, which eve
 figure is a ratio to), the full in-process pipeline (decode, intake journal, queue,
 tail-based assembly, evaluation, metrics, SQLite WAL store) with CPython's default GC and
 then with the GC settings `spanbudget collect` applies (`live/gc_settings.py`), the same
-without the intake journal (its cost), the same with the
+without the intake journal and without the revision memory (their costs), the same
+with the
 pure-Python evaluator where the compiled one is built (before and after it, in one run),
 and the same through HTTP (uvicorn, with the sending client in the same process on the
 same core).
@@ -87,12 +88,14 @@ def build_pipeline(
     keep_spans: bool = False,
     compiled: bool | None = None,
     journal: bool = True,
+    revise: bool = True,
 ) -> Pipeline:
     """The collector as `spanbudget collect` assembles it, without the alert rules; its
     queue and buffer hold the whole run, and it keeps spans only when asked."""
     settings = CollectorSettings(
         db_path=db,
         journal=journal,
+        revise_seconds=60.0 if revise else 0.0,
         budget_path=REPO / "budget.yaml",
         decision_wait_seconds=0.0,
         intake_queue_spans=spans + 1,
@@ -176,6 +179,13 @@ def main() -> None:
         unjournaled.close()
         journal_cost = 1 - rows[-1][1] / rows[headline][1]
 
+        # Keeping decided traces' spans to revise them with late spans: its cost, likewise.
+        unrevised = build_pipeline(Path(tmp) / "r" / "a.db", spans, revise=False)
+        rows.append(("… without the revision memory", timed(lambda: in_process(unrevised))))
+        assert stored(unrevised) == args.traces
+        unrevised.close()
+        revise_cost = 1 - rows[-1][1] / rows[headline][1]
+
         if COMPILED:  # the release before, and installs where no C compiler built it
             pure = build_pipeline(Path(tmp) / "p" / "a.db", spans, compiled=False)
             rows.append(
@@ -256,7 +266,8 @@ def main() -> None:
         f"verdicts stored: {judged_a:,} (in-process) and {judged_b:,} (HTTP). Full pipeline ="
         " decode, intake journal, intake queue, tail-based assembly, evaluation, metrics,"
         " SQLite WAL store; over HTTP adds uvicorn and the sending httpx client on the same"
-        f" core. The intake journal costs {journal_cost:.1%} of the in-process throughput."
+        f" core. The intake journal costs {journal_cost:.1%} of the in-process throughput,"
+        f" the revision memory (late spans revise verdicts) {revise_cost:.1%}."
     )
 
 
