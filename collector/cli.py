@@ -19,6 +19,7 @@ from spanbudget.collector.check import FailOn
 from spanbudget.terminal import make_console, print_error
 
 DEFAULT_JAEGER_LIMIT = 100  # traces read from Jaeger when --limit is not given
+DEFAULT_ROWS = 20  # traces `check`'s table shows, worst first
 
 if TYPE_CHECKING:
     from spanbudget.collector.budget.loader import LoadedBudget
@@ -130,8 +131,19 @@ def check(
     allow_empty: Annotated[
         bool, typer.Option("--allow-empty", help="Exit 0, not 2, when no trace was judged.")
     ] = False,
+    rows: Annotated[
+        int,
+        typer.Option(min=0, help="The table shows this many traces, worst first (0: none)."),
+    ] = DEFAULT_ROWS,
+    junit: Annotated[
+        Path | None,
+        typer.Option(help="Also write the verdicts as JUnit XML here, for a CI's test view."),
+    ] = None,
 ) -> None:
     """Judge traces against the budget: one verdict per trace.
+
+    The table shows the worst --rows traces, then every stage's percentiles over all of
+    them and the SLO line: the share within every limit with its 95 % (Wilson) interval.
 
     Exit 0 when no trace is at or above --fail-on, 1 when one is, 2 on bad input: usage, a
     budget that does not load, a file that cannot be read (reported and skipped, the rest
@@ -149,11 +161,14 @@ def check(
         spanbudget check traces.jsonl --preset openinference
 
         otelcol-export | spanbudget check - --format json
+
+        spanbudget check traces/ --rows 0 --junit check.xml
     """
     from spanbudget.collector.check import (
         evaluate_spans,
         exit_code,
         render_json,
+        render_junit,
         render_table,
         why_empty,
     )
@@ -166,7 +181,13 @@ def check(
     if output is OutputFormat.JSON:
         typer.echo(render_json(result))
     else:
-        render_table(result, loaded.budget, make_console())
+        render_table(result, loaded.budget, make_console(), rows=rows)
+    if junit is not None:
+        text = render_junit(result, loaded.budget, fail_on, problems=inputs.problems)
+        try:
+            junit.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise _fail(f"cannot write {junit}: {exc.strerror or exc}") from None
     if inputs.problems:
         total = inputs.read + len(inputs.problems)
         print_error(f"{len(inputs.problems)} of {total} inputs could not be read")

@@ -28,7 +28,7 @@ from spanbudget.collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, 
 from spanbudget.collector.loadtest.schedule import Arrival, Phase
 from spanbudget.collector.loadtest.telemetry import loadtest_tracer_provider
 from spanbudget.collector.loadtest.verdicts import CollectorUnavailable, wait_for_verdicts
-from spanbudget.collector.stats import percentile
+from spanbudget.collector.stats import decide_slo, enough_for, percentile
 from spanbudget.processes import Child, ChildFailed, Supervisor
 from spanbudget.service.settings import Settings as GatewaySettings
 from spanbudget.stack import CHILD_ENV, Jaeger, Stack, spanbudget_command
@@ -99,18 +99,26 @@ def stack_of(settings: DemoSettings, budget: Path) -> Stack:
 
 
 def what_to_look_at(report: Report | None) -> str:
-    """Point at the stages whose p95 went over their limit, phase by phase."""
+    """Phase by phase (the burst is meant to break what the nominal phase keeps): the share
+    within every limit against the objective, and the stages whose p95 went over their
+    limit, when the phase had requests enough to bound a p95."""
     if report is None:
         return "the logs under the data dir: the run did not finish."
     limits = {stage.name: stage.limit_ms for stage in report.stages}
     notes = []
     for phase in report.phases:
+        within = round(phase.within_limits * phase.requests)
+        decision = decide_slo(within, phase.requests, report.slo_objective).value
+        head = f"{phase.name} {phase.within_limits:.0%} within limits (SLO {decision})"
+        if not enough_for(95, phase.requests):
+            notes.append(f"{head}, too few requests for a p95")
+            continue
         over = [
             f"{name} p95 {p95:.0f} ms > {limits[name]:g}"
             for name, p95 in phase.stage_p95_ms.items()
             if p95 is not None and p95 > limits[name]
         ]
-        notes.append(f"{phase.name}: " + (", ".join(over) if over else "every stage within"))
+        notes.append(f"{head}, " + (", ".join(over) if over else "every stage's p95 within"))
     return (
         "; ".join(notes)
         + ". The blame column of the slowest traces names the stage that ate the budget."

@@ -1,13 +1,15 @@
 """`spanbudget check`: judge traces read from files, stdin or Jaeger (`paths`, `judge`),
-print them (`render`), pick an exit code (`judge.exit_code`)."""
+print them (`render`, `junit`), pick an exit code (`judge.exit_code`)."""
 
 from spanbudget.collector.check.judge import (
     CheckResult,
     FailOn,
     evaluate_spans,
     exit_code,
+    fails,
     why_empty,
 )
+from spanbudget.collector.check.junit import render_junit
 from spanbudget.collector.check.paths import STDIN, Inputs, expand_paths, read_inputs
 from spanbudget.collector.check.render import render_json, render_table
 
@@ -19,8 +21,10 @@ __all__ = [
     "evaluate_spans",
     "exit_code",
     "expand_paths",
+    "fails",
     "read_inputs",
     "render_json",
+    "render_junit",
     "render_table",
     "why_empty",
 ]

@@ -12,7 +12,7 @@ from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.spans import Span, group_by_trace
 
-__all__ = ["CheckResult", "FailOn", "evaluate_spans", "exit_code", "why_empty"]
+__all__ = ["CheckResult", "FailOn", "evaluate_spans", "exit_code", "fails", "why_empty"]
 
 
 class FailOn(enum.Enum):
@@ -59,6 +59,15 @@ def why_empty(result: CheckResult, budget: Budget) -> str | None:
     )
 
 
+def fails(verdict: Verdict, fail_on: FailOn) -> bool:
+    """Whether this trace is at or above `fail_on`. A failed request (`error`) and a trace
+    without a first token (`incomplete`) rank above `overrun`: neither met the budget."""
+    if fail_on is FailOn.NEVER:
+        return False
+    threshold = Status.OVERRUN if fail_on is FailOn.OVERRUN else Status.WARN
+    return verdict.status.severity >= threshold.severity
+
+
 def exit_code(
     result: CheckResult,
     budget: Budget,
@@ -68,15 +77,7 @@ def exit_code(
     allow_empty: bool = False,
 ) -> int:
     """2 when an input could not be read or, unless `allow_empty`, nothing was judged;
-    else 1 when a trace is at or above `fail_on`, and 0 when none is.
-
-    A failed request (`error`) and a trace without a first token (`incomplete`) rank
-    above `overrun`: neither met the budget.
-    """
+    else 1 when a trace `fails` at `fail_on`, and 0 when none does."""
     if unreadable or (not allow_empty and why_empty(result, budget) is not None):
         return 2
-    if fail_on is FailOn.NEVER:
-        return 0
-    threshold = Status.OVERRUN if fail_on is FailOn.OVERRUN else Status.WARN
-    worst = max((v.status.severity for v in result.verdicts), default=0)
-    return 1 if worst >= threshold.severity else 0
+    return 1 if any(fails(v, fail_on) for v in result.verdicts) else 0

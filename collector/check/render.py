@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 
 from rich import box
 from rich.console import Console
@@ -11,10 +12,16 @@ from rich.text import Text
 
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.check.judge import CheckResult
-from spanbudget.collector.judging.verdict import Status
+from spanbudget.collector.judging.verdict import Status, Verdict
+from spanbudget.collector.stats import StageSummary
+from spanbudget.collector.stats.table import StageRow, few_note, has_few, slo_line, stage_table
 from spanbudget.terminal import print_wide
 
-__all__ = ["STATUS_STYLE", "render_json", "render_table"]
+__all__ = ["STATUS_STYLE", "render_json", "render_table", "short_ids", "worst_first"]
+
+WIDE = 140  # columns from which whole trace ids fit beside the stages
+MIN_ID = 8  # the shortest part of a trace id a row shows
+MAX_PREFIX = 12  # past this, ids that share a prefix show their ends instead
 
 STATUS_STYLE = {
     Status.OK: "green",
@@ -35,18 +42,52 @@ def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
 
 
-def render_table(result: CheckResult, budget: Budget, console: Console) -> None:
-    """One row per trace: status, TTFT, each stage's ms coloured by status, blame.
+def worst_first(verdicts: Sequence[Verdict]) -> list[Verdict]:
+    """The most severe status first, then the longest time to first token."""
+    return sorted(verdicts, key=lambda v: (-v.status.severity, -(v.ttft_ms or 0.0), v.trace_id))
 
-    Trace ids are shown whole when the terminal is wide enough to keep them searchable in
-    Jaeger, and cut to 8 characters otherwise (`--format json` always has them whole).
-    """
-    id_width = 32 if console.width >= 140 else 8
+
+def _unique_length(ids: Sequence[str], cut: Callable[[str, int], str], longest: int) -> int:
+    width = min(MIN_ID, longest)
+    while width < longest and len({cut(t, width) for t in ids}) < len(set(ids)):
+        width += 1
+    return width
+
+
+def short_ids(trace_ids: Sequence[str], console_width: int) -> dict[str, str]:
+    """What each row shows of its trace id: whole on a wide terminal (searchable in
+    Jaeger); else the shortest prefix of at least 8 characters that keeps the ids shown
+    apart, or, where ids share a long prefix (`0000…0049`), the shortest such suffix after
+    `…`. `--format json` always has them whole."""
+    longest = max((len(t) for t in trace_ids), default=0)
+    if console_width >= WIDE:
+        return {t: t for t in trace_ids}
+    prefix = _unique_length(trace_ids, lambda t, n: t[:n], longest)
+    if prefix <= MAX_PREFIX:
+        return {t: t[:prefix] for t in trace_ids}
+    suffix = _unique_length(trace_ids, lambda t, n: t[-n:], longest)
+    if suffix >= longest:
+        return {t: t for t in trace_ids}
+    return {t: "…" + t[-suffix:] for t in trace_ids}
+
+
+def _blame(verdict: Verdict, *, wide: bool) -> str:
+    """Every blamed stage, worst first; on a narrow terminal the worst and how many more
+    (`prefill +2`), so that a row keeps to one line."""
+    if wide or len(verdict.blame) <= 1:
+        return ", ".join(verdict.blame)
+    return f"{verdict.blame[0]} +{len(verdict.blame) - 1}"
+
+
+def _rows_table(
+    verdicts: Sequence[Verdict], budget: Budget, ids: Mapping[str, str], *, wide: bool
+) -> Table:
+    """One row per trace: status, TTFT, each stage's ms coloured by status, blame."""
     table = Table(
         title=f"budget {budget.name}: TTFT target {budget.total_target_ms:g} ms, "
         f"limit {budget.total_limit_ms:g} ms",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1, 0, 0),
+        box=box.SIMPLE_HEAD,  # its column divider is one space: no padding besides
+        padding=0,
         pad_edge=False,
         show_edge=False,
     )
@@ -56,13 +97,13 @@ def render_table(result: CheckResult, budget: Budget, console: Console) -> None:
     for stage in budget.stages:
         table.add_column(stage.name, justify="right", no_wrap=True)
     # Time no stage claims is usually nil; its column only shows when there is some.
-    show_other = any(v.unattributed_ms for v in result.verdicts)
+    show_other = any(v.unattributed_ms for v in verdicts)
     if show_other:
         table.add_column("other", justify="right", no_wrap=True)
-    table.add_column("blame", min_width=7, overflow="fold")
+    table.add_column("blame", min_width=5, overflow="fold")
     table.add_row(
         "",
-        "limit ms",
+        "limit",
         f"{budget.total_limit_ms:g}",
         *(f"{stage.limit_ms:g}" for stage in budget.stages),
         *([""] if show_other else []),
@@ -70,23 +111,75 @@ def render_table(result: CheckResult, budget: Budget, console: Console) -> None:
         style="dim",
         end_section=True,
     )
-    for verdict in result.verdicts:
+    for verdict in verdicts:
         cells: list[Text | str] = [
-            verdict.trace_id[:id_width],
+            ids[verdict.trace_id],
             Text(verdict.status.value, style=STATUS_STYLE[verdict.status]),
             Text(_ms(verdict.ttft_ms), style=STATUS_STYLE[verdict.total_status]),
         ]
         cells += [Text(_ms(s.ms), style=STATUS_STYLE[s.status]) for s in verdict.stages]
         if show_other:
             cells.append(_ms(verdict.unattributed_ms))
-        cells.append(", ".join(verdict.blame))
+        cells.append(_blame(verdict, wide=wide))
         table.add_row(*cells)
-    print_wide(console, table)
+    return table
+
+
+def _aggregate(verdicts: Sequence[Verdict], budget: Budget, title: str) -> Table:
+    """Per stage over every trace, as `loadtest` prints a run. An `incomplete` trace's
+    stage times are shares of the whole request, not of a TTFT: left out here as there."""
+    timed = [v for v in verdicts if v.status is not Status.INCOMPLETE]
+    stages = [
+        StageRow(
+            stage.name,
+            stage.target_ms,
+            stage.limit_ms,
+            StageSummary.of((v.stage(stage.name).ms, v.stage(stage.name).status) for v in timed),
+        )
+        for stage in budget.stages
+    ]
+    ttft = StageSummary.of((v.ttft_ms, v.total_status) for v in timed)
+    return stage_table(
+        title,
+        stages,
+        StageRow("TTFT", budget.total_target_ms, budget.total_limit_ms, ttft),
+        objective=budget.slo_objective,
+    )
+
+
+def render_table(
+    result: CheckResult, budget: Budget, console: Console, *, rows: int | None = None
+) -> None:
+    """The worst `rows` traces (all when None), one row each, then every trace per stage
+    and the SLO line. Off a terminal nothing is cut; on one, trace ids are cut to prefixes
+    that keep them apart."""
+    ordered = worst_first(result.verdicts)
+    shown = ordered if rows is None else ordered[:rows]
+    if shown:
+        ids = short_ids([v.trace_id for v in shown], console.width)
+        wide = console.width >= WIDE
+        print_wide(console, _rows_table(shown, budget, ids, wide=wide))
+    hidden = len(ordered) - len(shown)
+    if hidden:
+        console.print(f"{hidden} more traces not shown (--rows N shows N, worst first)")
+    if result.verdicts:
+        n = len(result.verdicts)
+        console.print()
+        print_wide(console, _aggregate(result.verdicts, budget, f"{n} traces per stage"))
+        timed = [v for v in result.verdicts if v.status is not Status.INCOMPLETE]
+        summaries = [StageSummary.of_times(v.ttft_ms for v in timed if v.ttft_ms is not None)]
+        if has_few(summaries):
+            console.print(few_note(), style="dim")
+        within = sum(1 for v in result.verdicts if v.status in (Status.OK, Status.WARN))
+        console.print(slo_line(within, n, budget.slo_objective, noun="traces"))
     counts: dict[str, int] = {}
     for verdict in result.verdicts:
         counts[verdict.status.value] = counts.get(verdict.status.value, 0) + 1
-    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none"
+    order = {status.value: status.severity for status in Status}
+    summary = ", ".join(
+        f"{counts[status]} {status}" for status in sorted(counts, key=lambda s: order[s])
+    )
     console.print(
-        f"{len(result.verdicts)} traces judged ({summary}); {result.skipped} skipped "
-        "(no span matched a stage)"
+        f"{len(result.verdicts)} traces judged ({summary or 'none'}); {result.skipped} "
+        "skipped (no span matched a stage)"
     )

@@ -4,34 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from spanbudget.collector.judging.verdict import Status
-from spanbudget.collector.loadtest.report_model import Report
-from spanbudget.collector.stats import StageSummary
+from spanbudget.collector.loadtest.report_model import PhaseLine, Report
+from spanbudget.collector.stats import CONFIDENCE, enough_for, min_count, wilson_interval
+from spanbudget.collector.stats.table import StageRow, few_note, has_few, slo_line, stage_table
 from spanbudget.terminal import print_wide
 
 __all__ = ["render_terminal"]
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f}"
-
-
-def _band(value: float | None, target: float, limit: float) -> str:
-    if value is None:
-        return "dim"
-    if value <= target:
-        return "green"
-    return "yellow" if value <= limit else "bold red"
-
-
-def _percentile_cells(summary: StageSummary, target: float, limit: float) -> list[Text]:
-    values = (summary.p50_ms, summary.p90_ms, summary.p95_ms, summary.p99_ms, summary.max_ms)
-    return [Text(_ms(value), style=_band(value, target, limit)) for value in values]
 
 
 def _counts(by_status: Mapping[str, int]) -> str:
@@ -41,62 +22,52 @@ def _counts(by_status: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {status}" for status, n in ranked if n) or "none"
 
 
+def _phase_line(phase: PhaseLine) -> str:
+    """`phase burst: 40 requests, 87.5 % within limits (95 % interval 73.9–94.5 %); p95 …`,
+    the p95s only from enough requests to bound them."""
+    within = round(phase.within_limits * phase.requests)
+    low, high = wilson_interval(within, phase.requests)
+    head = (
+        f"phase {phase.name}: {phase.requests} requests, {phase.within_limits:.1%} within "
+        f"limits ({CONFIDENCE:.0%} interval {low:.1%}–{high:.1%})"
+    )
+    if not enough_for(95, phase.requests):
+        return f"{head}; p95: not enough requests ({min_count(95)} needed)"
+    p95 = ", ".join(
+        f"{name} {'—' if value is None else f'{value:.1f}'}"
+        for name, value in phase.stage_p95_ms.items()
+    )
+    return f"{head}; p95 ms: {p95}"
+
+
 def render_terminal(report: Report, console: Console) -> None:
     info = report.info
-    table = Table(
-        title=f"run {info.run_id}: {report.requests} requests to {info.target}, "
+    table = stage_table(
+        f"run {info.run_id}: {report.requests} requests to {info.target}, "
         f"budget {report.budget_name}",
-        box=box.SIMPLE_HEAD,
+        [StageRow(s.name, s.target_ms, s.limit_ms, s.summary) for s in report.stages],
+        StageRow("TTFT", report.total_target_ms, report.total_limit_ms, report.ttft),
+        objective=report.slo_objective,
+        unlimited=(
+            ("client TTFT", report.client_ttft),
+            ("  from schedule", report.client_ttft_sched),
+            ("inter-token", report.itl),
+            ("request", report.request_total),
+        ),
     )
-    for column in ("stage ms", "target", "limit", "p50", "p90", "p95", "p99", "max", ">limit"):
-        left = column == "stage ms"
-        table.add_column(column, justify="left" if left else "right", no_wrap=left)
-    for stage in report.stages:
-        share = stage.summary.over_limit_share
-        table.add_row(
-            stage.name,
-            f"{stage.target_ms:g}",
-            f"{stage.limit_ms:g}",
-            *_percentile_cells(stage.summary, stage.target_ms, stage.limit_ms),
-            Text("—", style="dim")
-            if share is None
-            else Text(f"{share:.1%}", style="bold red" if share > 1 - report.slo_objective else ""),
-        )
-    table.add_row(
-        Text("TTFT", style="bold"),
-        f"{report.total_target_ms:g}",
-        f"{report.total_limit_ms:g}",
-        *_percentile_cells(report.ttft, report.total_target_ms, report.total_limit_ms),
-        "",
-        end_section=True,
-    )
-    for label, summary in (
-        ("client TTFT", report.client_ttft),
-        ("  from schedule", report.client_ttft_sched),
-        ("inter-token", report.itl),
-        ("request", report.request_total),
-    ):
-        table.add_row(label, "", "", *_percentile_cells(summary, 1e12, 1e12), "")
     print_wide(console, table)
-
-    met = report.slo_met
-    verdict = Text("met" if met else "BREACHED", style="bold green" if met else "bold red")
+    summaries = [s.summary for s in report.stages] + [report.ttft, report.client_ttft]
+    if has_few(summaries):
+        console.print(few_note(), style="dim")
+    within = round(report.within_limits * report.requests)
+    console.print(slo_line(within, report.requests, report.slo_objective))
     console.print(
-        Text.assemble(
-            "SLO: ",
-            verdict,
-            f" — {report.within_limits:.1%} of requests within every limit "
-            f"(objective {report.slo_objective:.0%}); goodput {report.goodput_rps:.2f} req/s; "
-            f"errors {report.errors} ({report.error_rate:.1%}); verdicts "
-            f"{report.joined}/{report.requests} ({_counts(report.by_status)})",
-        )
+        f"goodput {report.goodput_rps:.2f} req/s; errors {report.errors} "
+        f"({report.error_rate:.1%}); verdicts {report.joined}/{report.requests} "
+        f"({_counts(report.by_status)})"
     )
     for phase in report.phases:
-        p95 = ", ".join(f"{name} {_ms(value)}" for name, value in phase.stage_p95_ms.items())
-        console.print(
-            f"phase {phase.name}: {phase.requests} requests, "
-            f"{phase.within_limits:.1%} within limits; p95 ms: {p95}"
-        )
+        console.print(_phase_line(phase))
     if report.slowest:
         console.print("slowest traces:")
         for item in report.slowest:

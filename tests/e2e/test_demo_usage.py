@@ -49,15 +49,16 @@ def test_demo_with_a_bad_duration_exits_2(tmp_path: Path) -> None:
 
 
 def test_what_to_look_at_reads_the_report_the_load_test_writes() -> None:
-    """The hint reads the report the load test writes: a renamed field fails here."""
+    """The hint reads the report the load test writes (a renamed field fails here), phase
+    by phase, and names a p95 only where the phase had requests enough to bound one."""
     budget = load_budget(REPO / "budget.yaml").budget
-    report = build_report(make_results(budget), budget, INFO)
+    report = build_report(make_results(budget, count=160), budget, INFO)
     nominal, burst = report.phases
-    assert burst.name == "burst"
+    assert (nominal.requests, burst.name, burst.requests) == (40, "burst", 120)
     burst = replace(burst, stage_p95_ms={**burst.stage_p95_ms, "retrieval": 61.0})  # over 40
     said = what_to_look_at(replace(report, phases=(nominal, burst)))
-    assert said.startswith("nominal: ")
-    assert "; burst: " in said
+    assert said.startswith(f"nominal {nominal.within_limits:.0%} within limits (SLO ")
+    assert "too few requests for a p95; burst " in said
     assert "retrieval p95 61 ms > 40" in said
     assert what_to_look_at(None).startswith("the logs")
 

@@ -86,7 +86,7 @@ def test_table_output(mixed_file: Path) -> None:
     out = result.stdout
     for text in ("overrun", "warn", "ok", "prefill", "123.0", "25.0", "140.0", "retrieval"):
         assert text in out
-    assert "3 traces judged (1 ok, 1 overrun, 1 warn); 0 skipped" in " ".join(out.split())
+    assert "3 traces judged (1 ok, 1 warn, 1 overrun); 0 skipped" in " ".join(out.split())
 
 
 def test_protobuf_and_json_lines_give_the_same_verdicts(tmp_path: Path, mixed_file: Path) -> None:

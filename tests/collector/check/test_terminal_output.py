@@ -49,7 +49,7 @@ def test_check_table_keeps_every_number_whole_off_a_terminal(tmp_path: Path) -> 
 
 def test_load_test_report_keeps_every_column_off_a_terminal() -> None:
     budget = load_budget(REPO / "budget.yaml").budget
-    report = build_report(make_results(budget), budget, INFO)
+    report = build_report(make_results(budget, count=300), budget, INFO)  # enough for a p99
     out = io.StringIO()
     console = Console(file=out, soft_wrap=True, width=10_000)  # as make_console() off a tty
     render_terminal(report, console)
@@ -104,3 +104,22 @@ def test_help_off_a_terminal_reads_as_paragraphs_with_whole_examples() -> None:
         "spanbudget check --jaeger-url http://127.0.0.1:16686 --service rag-gateway --since 15m"
         in lines
     )
+
+
+def test_load_test_report_from_few_requests_says_so() -> None:
+    """60 requests: no p99 (299 needed) and no phase p95 from 20 (59 needed), an SLO line
+    with its interval; the percentiles that are bounded are printed."""
+    budget = load_budget(REPO / "budget.yaml").budget
+    report = build_report(make_results(budget), budget, INFO)
+    out = io.StringIO()
+    render_terminal(report, Console(file=out, soft_wrap=True, width=10_000))
+    text = " ".join(out.getvalue().split())
+    retrieval = next(s for s in report.stages if s.name == "retrieval").summary
+    assert retrieval.count < 59  # requests with no verdict, or no first token
+    cells = f"{retrieval.p50_ms:.1f} {retrieval.p90_ms:.1f} few few {retrieval.max_ms:.1f}"
+    assert cells in text
+    within = round(report.within_limits * report.requests)
+    assert f"{within} of 60 requests within every limit" in text
+    assert "Wilson" in text
+    assert "phase burst: 20 requests" in text
+    assert "p95: not enough requests (59 needed)" in text

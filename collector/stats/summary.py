@@ -1,5 +1,5 @@
 """Exact percentiles and the per-stage summary, defined once for the verdict API's
-`/api/summary`, the load-test report and their tests."""
+`/api/summary`, the load-test report, `check` and their tests."""
 
 from __future__ import annotations
 
