@@ -259,15 +259,22 @@ def suggest(
     limit: Annotated[
         int, typer.Option(min=1, help="With --jaeger-url: at most this many traces.")
     ] = DEFAULT_JAEGER_LIMIT,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Suggest from fewer than 100 judged traces anyway."),
+    ] = False,
 ) -> None:
     """Propose a budget from observed traces: stages, and every stage's target and limit.
 
     Stages come from --preset, from --budget, or else from the span tree's structure. Each
-    trace is judged with them as `check` would judge it; targets are the medians and limits
-    the --objective percentile of each stage's exclusive critical-path time, rounded up,
-    and the total is raised to the stages' sums where those are larger. Prints the YAML,
-    with a comment on every number saying where it came from; it loads as it is.
-    Exit 0, or 2 on bad input or when no trace has a first token.
+    trace is judged with them as `check` would judge it. Targets are the medians of each
+    stage's exclusive critical-path time; limits one common percentile of every stage,
+    +10 % headroom, at least 1 ms, rounded up, at the lowest percentile (from --objective
+    up) at which --objective of the same traces are within every limit jointly. The total
+    is raised to the stages' sums where those are larger. Prints the YAML, with a comment
+    on every number saying where it came from and its 95 % interval; it loads as it is.
+    The share reached is printed on stderr. Exit 0, or 2 on bad input, when no trace has
+    a first token, or from fewer than 100 judged traces (unless --force).
 
     Example:
 
@@ -276,7 +283,12 @@ def suggest(
         spanbudget budget suggest traces/ --objective 0.99
     """
     from spanbudget.collector.budget.loader import BudgetError
-    from spanbudget.collector.suggest.budget import NoTracesError, render
+    from spanbudget.collector.suggest.budget import (
+        MIN_TRACES,
+        NoTracesError,
+        TooFewTracesError,
+        render,
+    )
     from spanbudget.collector.suggest.budget import suggest as propose
 
     if not 0 < objective < 1:
@@ -292,9 +304,21 @@ def suggest(
             print_error(problem)
         raise typer.Exit(2)
     try:
-        suggestion = propose(inputs.spans, objective=objective, base=base, origin=origin)
+        suggestion = propose(
+            inputs.spans,
+            objective=objective,
+            base=base,
+            origin=origin,
+            min_traces=1 if force else MIN_TRACES,
+        )
         typer.echo(render(suggestion, extends=preset), nl=False)
-    except NoTracesError as exc:
+    except (NoTracesError, TooFewTracesError) as exc:
         raise _fail(str(exc)) from None
     except BudgetError as exc:  # the suggestion itself would not load: a bug, said plainly
         raise _fail(f"the suggested budget does not load: {exc}") from None
+    make_console(stderr=True).print(
+        f"suggested limits at the {suggestion.percentile_name} of every stage: "
+        f"{suggestion.within} of {suggestion.traces} traces ({suggestion.share:.1%}) within "
+        f"every limit, objective {objective:.1%}",
+        highlight=False,
+    )

@@ -3,10 +3,12 @@
 Stages come from a preset, from a budget file, or from the span tree's structure
 (`suggest_stages`). Each trace is judged with them by the evaluator, so every stage's
 number is its exclusive critical-path time exactly as `check` and the collector will
-measure it. A stage's target is its median, its limit the percentile of the SLO objective,
-both rounded up; the total's are the same percentiles of the time to first token, raised
-to the stages' sums where those are larger, so that a trace within every stage's limit is
-within the total. Pure: spans in, text out; the CLI does the reading and printing.
+measure it. A stage's target is its median, rounded up; its limit one common percentile
+of every stage plus headroom, at least a floor, rounded up, at the lowest percentile at
+which the objective holds jointly on the same traces (`joint`). The total's are the same
+percentiles of the time to first token, raised to the stages' sums where those are larger,
+so that a trace within every stage's limit is within the total. Every number's interval
+is reported beside it. Pure: spans in, text out; the CLI does the reading and printing.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from spanbudget.collector.budget.loader import parse_budget
@@ -24,25 +26,33 @@ from spanbudget.collector.errors import CollectorError
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.spans import Span, group_by_trace
-from spanbudget.collector.stats import percentile
+from spanbudget.collector.stats import CONFIDENCE, percentile, quantile_interval
+from spanbudget.collector.suggest.joint import FLOOR_MS, HEADROOM, Limits, find_level, limits_at
 from spanbudget.collector.suggest.stages import stages_from_structure
 
 __all__ = [
+    "MIN_TRACES",
     "NoTracesError",
     "Observed",
     "StageSuggestion",
     "Suggestion",
+    "TooFewTracesError",
     "ceil_ms",
     "render",
     "suggest",
 ]
 
-MIN_MS = 0.1  # the smallest number suggested: a stage never above 0 ms still needs a limit
+MIN_MS = 0.1  # the smallest number suggested: a stage never above 0 ms still needs a target
+MIN_TRACES = 100  # fewer cannot bound the high percentiles limits come from
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class NoTracesError(CollectorError, ValueError):
     """No trace had a first token and a matching stage: there is nothing to learn from."""
+
+
+class TooFewTracesError(CollectorError, ValueError):
+    """Fewer judged traces than `MIN_TRACES`: limits from them would be guesses."""
 
 
 def ceil_ms(value: float) -> float:
@@ -56,9 +66,14 @@ def ceil_ms(value: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Observed:
+    """A stage's (or the TTFT's) times: the median and the percentile limits come from,
+    each with its distribution-free interval (upper end None: beyond the largest value)."""
+
     count: int
     median_ms: float
-    high_ms: float  # the objective's percentile
+    high_ms: float  # the common level's percentile
+    median_interval: tuple[float, float | None]
+    high_interval: tuple[float, float | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +95,18 @@ class Suggestion:
     total_limit_ms: float
     stages: tuple[StageSuggestion, ...]
     dropped: tuple[str, ...]  # structure stages that never took any time
+    level: float  # the common percentile of the limits (0..100)
+    within: int  # traces within every limit when judged with the suggested numbers
+    per_stage_within: int  # ... with each stage's objective percentile as its limit
+    forced: bool = False  # made from fewer than MIN_TRACES traces on request
 
     @property
     def percentile_name(self) -> str:
-        return f"p{self.objective * 100:g}"
+        return f"p{self.level:g}"
+
+    @property
+    def share(self) -> float:
+        return self.within / self.traces
 
     def budget(self) -> Budget:
         return replace(
@@ -95,27 +118,51 @@ class Suggestion:
         )
 
 
-def _observe(values: list[float], objective: float) -> Observed | None:
+def _observe(values: list[float], level: float) -> Observed | None:
     if not values:
         return None
     ordered = sorted(values)
-    return Observed(len(ordered), percentile(ordered, 50), percentile(ordered, objective * 100))
+    return Observed(
+        len(ordered),
+        percentile(ordered, 50),
+        percentile(ordered, level),
+        quantile_interval(ordered, 50),
+        quantile_interval(ordered, level),
+    )
 
 
-def _judge(budget: Budget, traces: list[list[Span]]) -> tuple[list[Verdict], dict[str, int], int]:
+@dataclass(slots=True)
+class _Judged:
+    verdicts: list[Verdict] = field(default_factory=list)  # with a first token, not failed
+    traces: list[list[Span]] = field(default_factory=list)  # theirs, in the same order
+    left_out: dict[str, int] = field(default_factory=dict)  # status -> traces
+    skipped: int = 0  # traces no stage matched
+
+
+def _judge(budget: Budget, traces: list[list[Span]]) -> _Judged:
     evaluator = Evaluator(budget)
-    kept: list[Verdict] = []
-    left_out: dict[str, int] = {}
-    skipped = 0
+    judged = _Judged()
     for trace in traces:
         verdict = evaluator.evaluate(trace, evaluated_at=_EPOCH)
         if verdict is None:
-            skipped += 1
+            judged.skipped += 1
         elif verdict.status in (Status.ERROR, Status.INCOMPLETE) or verdict.ttft_ms is None:
-            left_out[verdict.status.value] = left_out.get(verdict.status.value, 0) + 1
+            status = verdict.status.value
+            judged.left_out[status] = judged.left_out.get(status, 0) + 1
         else:
-            kept.append(verdict)
-    return kept, left_out, skipped
+            judged.verdicts.append(verdict)
+            judged.traces.append(trace)
+    return judged
+
+
+def _within(budget: Budget, traces: list[list[Span]]) -> int:
+    """How many of the traces `budget` judges within every limit (ok or warn)."""
+    evaluator = Evaluator(budget)
+    within = 0
+    for trace in traces:
+        verdict = evaluator.evaluate(trace, evaluated_at=_EPOCH)
+        within += verdict is not None and verdict.status in (Status.OK, Status.WARN)
+    return within
 
 
 def _stage_values(verdicts: list[Verdict], name: str) -> list[float]:
@@ -141,56 +188,106 @@ def _structure_budget(traces: list[list[Span]]) -> Budget:
     )
 
 
+def _with_limits(
+    budget: Budget, limits: Limits, medians: dict[str, float], ttft_median: float
+) -> Budget:
+    """`budget` with these limits (rounded up) and the medians as targets; a stage no
+    trace measured keeps its numbers."""
+    stages = tuple(
+        replace(
+            stage,
+            target_ms=ceil_ms(medians[stage.name]),
+            limit_ms=ceil_ms(limits.stages[stage.name]),
+        )
+        if stage.name in limits.stages
+        else stage
+        for stage in budget.stages
+    )
+    return replace(
+        budget,
+        stages=stages,
+        total_target_ms=ceil_ms(max(ttft_median, _sum(s.target_ms for s in stages))),
+        total_limit_ms=ceil_ms(max(limits.ttft, _sum(s.limit_ms for s in stages))),
+    )
+
+
 def suggest(
-    spans: Sequence[Span], *, objective: float, base: Budget | None = None, origin: str = ""
+    spans: Sequence[Span],
+    *,
+    objective: float,
+    base: Budget | None = None,
+    origin: str = "",
+    min_traces: int = MIN_TRACES,
 ) -> Suggestion:
-    """Numbers for `base`'s stages (or for stages from the structure when None)."""
+    """Numbers for `base`'s stages (or for stages from the structure when None) that hold
+    `objective` jointly on these traces. Raises TooFewTracesError below `min_traces`."""
     if not 0 < objective < 1:
         raise ValueError(f"the objective must be between 0 and 1, got {objective}")
     traces = list(group_by_trace(spans).values())
     structural = base is None
     budget = _structure_budget(traces) if base is None else base
-    verdicts, left_out, skipped = _judge(budget, traces)
+    judged = _judge(budget, traces)
     dropped: list[str] = []
     if structural:
         # A stage that never took time would only be noise: its spans go to their parent's.
         idle = [
-            s.name for s in budget.stages if max(_stage_values(verdicts, s.name), default=0) == 0
+            s.name
+            for s in budget.stages
+            if max(_stage_values(judged.verdicts, s.name), default=0) == 0
         ]
         if idle and len(idle) < len(budget.stages):
             budget = replace(budget, stages=tuple(s for s in budget.stages if s.name not in idle))
             dropped = idle
-            verdicts, left_out, skipped = _judge(budget, traces)
-    total = _observe([v.ttft_ms for v in verdicts if v.ttft_ms is not None], objective)
-    if total is None:
+            judged = _judge(budget, traces)
+    if not judged.verdicts:
+        left_out = judged.left_out
         raise NoTracesError(
             "no trace with a first token matched a stage"
             + (f" ({sum(left_out.values())} failed or incomplete)" if left_out else "")
         )
-    suggestions: list[StageSuggestion] = []
-    for stage in budget.stages:
-        observed = _observe(_stage_values(verdicts, stage.name), objective)
-        if observed is None:
-            suggestions.append(StageSuggestion(stage, None))
-            continue
-        numbers = replace(
-            stage, target_ms=ceil_ms(observed.median_ms), limit_ms=ceil_ms(observed.high_ms)
+    count = len(judged.verdicts)
+    if count < min_traces:
+        raise TooFewTracesError(
+            f"{count} judged traces are too few to suggest limits from (at least {min_traces}:"
+            " a high percentile of fewer is not bounded); --force suggests anyway"
         )
-        suggestions.append(StageSuggestion(numbers, observed))
-    total_target = ceil_ms(max(total.median_ms, _sum(s.stage.target_ms for s in suggestions)))
-    total_limit = ceil_ms(max(total.high_ms, _sum(s.stage.limit_ms for s in suggestions)))
+    values = {s.name: sorted(_stage_values(judged.verdicts, s.name)) for s in budget.stages}
+    ttfts = sorted(v.ttft_ms for v in judged.verdicts if v.ttft_ms is not None)
+    medians = {name: percentile(v, 50) for name, v in values.items() if v}
+    ttft_median = percentile(ttfts, 50)
+    within: dict[float, int] = {}
+
+    def within_at(level: float) -> int:
+        if level not in within:
+            candidate = _with_limits(budget, limits_at(level, values, ttfts), medians, ttft_median)
+            within[level] = _within(candidate, judged.traces)
+        return within[level]
+
+    level = find_level(objective, within_at, count)
+    suggested = _with_limits(budget, limits_at(level, values, ttfts), medians, ttft_median)
+    per_stage = limits_at(objective * 100, values, ttfts, headroom=0.0, floor_ms=MIN_MS)
+    per_stage_within = _within(_with_limits(budget, per_stage, medians, ttft_median), judged.traces)
+    total = _observe(ttfts, level)
+    assert total is not None  # every kept verdict has a TTFT
     return Suggestion(
         objective=objective,
         origin=origin or "the span tree's structure",
         base=budget,
-        traces=total.count,
-        left_out=left_out,
-        skipped=skipped,
+        traces=count,
+        left_out=judged.left_out,
+        skipped=judged.skipped,
         total=total,
-        total_target_ms=total_target,
-        total_limit_ms=total_limit,
-        stages=tuple(suggestions),
+        total_target_ms=suggested.total_target_ms,
+        total_limit_ms=suggested.total_limit_ms,
+        stages=tuple(
+            StageSuggestion(stage, _observe(values[stage.name], level))
+            for stage in suggested.stages
+        ),
         dropped=tuple(dropped),
+        level=level,
+        within=within_at(level),
+        per_stage_within=per_stage_within,
+        forced=count < MIN_TRACES,
     )
 
 
@@ -198,26 +295,58 @@ def _sum(values: Iterable[float]) -> float:
     return round(sum(values), 2)
 
 
-def _comment(what: str, observed: Observed, value: float) -> str:
-    return f"{what} of {observed.count} traces was {number(value)} ms"
+def _interval(interval: tuple[float, float | None]) -> str:
+    low, high = interval
+    upper = "beyond the largest" if high is None else f"{number(high)}"
+    return f"{CONFIDENCE:.0%} interval {number(low)}–{upper}"
+
+
+def _comment(
+    what: str, observed: Observed, value: float, interval: tuple[float, float | None]
+) -> str:
+    return f"{what} of {observed.count} traces was {number(value)} ms ({_interval(interval)})"
+
+
+def _limit_comment(high: str, observed: Observed, limit: float) -> str:
+    said = _comment(high, observed, observed.high_ms, observed.high_interval)
+    if observed.high_ms * (1 + HEADROOM) < FLOOR_MS <= limit:
+        return f"{said}: raised to the {number(FLOOR_MS)} ms floor"
+    return f"{said}, +{HEADROOM:.0%}"
 
 
 def render(suggestion: Suggestion, *, extends: str | None = None) -> str:
     """The suggestion as budget.yaml text, a comment on every number saying where it came
-    from. With `extends` (a preset's name) only the numbers are written, over that preset.
+    from and how sure it is. With `extends` (a preset's name) only the numbers are
+    written, over that preset.
 
     The text is checked with the strict loader before it is returned.
     """
     s = suggestion
     high = s.percentile_name
     left = ", ".join(f"{n} {status}" for status, n in sorted(s.left_out.items()))
+    objective = f"{s.objective * 100:g}%"
     lines = [
         f"# Suggested by `spanbudget budget suggest` from {s.traces} traces"
         + (f" ({left} left out)" if left else "")
         + (f"; {s.skipped} matched no stage" if s.skipped else "")
         + ".",
-        f"# Stages from {s.origin}. Targets are medians, limits {high}s (the SLO objective),",
-        "# of each stage's exclusive time on the critical path, rounded up.",
+    ]
+    if s.forced:
+        lines.append(
+            f"# Only {s.traces} traces (fewer than {MIN_TRACES}, --force): the limits' "
+            "intervals below say how little they bound."
+        )
+    lines += [
+        f"# Stages from {s.origin}. Targets are medians; limits the {high} of each stage's",
+        f"# exclusive time on the critical path, +{HEADROOM:.0%} headroom, at least "
+        f"{number(FLOOR_MS)} ms, rounded up.",
+        f"# Judged with these numbers, {s.within} of {s.traces} traces ({s.share:.1%}) are "
+        f"within every limit",
+        f"# (objective {objective}): {high} is the lowest common percentile that holds it"
+        + (" jointly." if s.share >= s.objective else "; even the largest values do not."),
+        f"# Each stage's own p{s.objective * 100:g} as its limit would have kept "
+        f"{s.per_stage_within} ({s.per_stage_within / s.traces:.1%}).",
+        f"# Intervals: {CONFIDENCE:.0%}, distribution-free (order statistics).",
     ]
     if s.dropped:
         lines.append(f"# Left out, never above 0 ms: {', '.join(s.dropped)}.")
@@ -233,14 +362,16 @@ def render(suggestion: Suggestion, *, extends: str | None = None) -> str:
     lines.append("total:")
     lines.append(
         f"  target_ms: {number(s.total_target_ms)}  # "
-        + _total_reason("median", s.total, s.total.median_ms, target_sum)
+        + _total_reason("p50", s.total, s.total.median_ms, s.total.median_interval, target_sum)
     )
     lines.append(
         f"  limit_ms: {number(s.total_limit_ms)}  # "
-        + _total_reason(high, s.total, s.total.high_ms, limit_sum)
+        + _total_reason(high, s.total, s.total.high_ms, s.total.high_interval, limit_sum)
     )
     lines.append("slo:")
-    lines.append(f"  objective: {s.objective:g}  # limits are the {high} of what was observed")
+    lines.append(
+        f"  objective: {s.objective:g}  # {s.share:.1%} of these traces within every limit"
+    )
     if extends is None and s.base.first_token != DEFAULT_FIRST_TOKEN:
         lines.append("first_token:")
         lines.extend(f"  - {render_mark(mark)}" for mark in s.base.first_token)
@@ -252,14 +383,20 @@ def render(suggestion: Suggestion, *, extends: str | None = None) -> str:
     return text
 
 
-def _total_reason(what: str, observed: Observed, value: float, parts: float) -> str:
-    name = "p50" if what == "median" else what
-    if parts > value:
+def _total_reason(
+    name: str,
+    observed: Observed,
+    value: float,
+    interval: tuple[float, float | None],
+    parts: float,
+) -> str:
+    if parts > value * (1 + HEADROOM):
         return (
             f"the stages add up to {number(parts)} ms, above the {name} of TTFT "
             f"({number(value)} ms): within every stage is within the total"
         )
-    return f"{name} of TTFT over {observed.count} traces was {number(value)} ms"
+    said = f"{name} of TTFT over {observed.count} traces was {number(value)} ms"
+    return f"{said} ({_interval(interval)})" + ("" if name == "p50" else f", +{HEADROOM:.0%}")
 
 
 def _stage_lines(item: StageSuggestion, high: str, *, full: bool) -> list[str]:
@@ -276,11 +413,11 @@ def _stage_lines(item: StageSuggestion, high: str, *, full: bool) -> list[str]:
     else:
         lines.append(
             f"    target_ms: {number(stage.target_ms)}  # "
-            + _comment("p50", observed, observed.median_ms)
+            + _comment("p50", observed, observed.median_ms, observed.median_interval)
         )
         lines.append(
             f"    limit_ms: {number(stage.limit_ms)}  # "
-            + _comment(high, observed, observed.high_ms)
+            + _limit_comment(high, observed, stage.limit_ms)
         )
     if full:
         if stage.when_absent is not WhenAbsent.ZERO:
