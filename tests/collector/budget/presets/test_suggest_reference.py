@@ -2,9 +2,11 @@
 separate processes on 127.0.0.1 (engine emulator, collector, gateway), driven by the load
 tester; the collector forwards every span to a receiver here, and those spans are the input.
 
-The suggested limits reproduce the p95s the load-test report observed, within 10 %, and
-the output loads with the strict loader. The GenAI semconv preset judges the same spans:
-the gateway traces itself after the conventions (time_to_first_chunk on its chat span).
+Judged with the suggested limits, the same traces hold the objective jointly (the share
+the file states); every limit lies between the p95 the load-test report observed and the
+largest value plus the stated headroom, and the output loads with the strict loader. The
+GenAI semconv preset judges the same spans: the gateway traces itself after the
+conventions (time_to_first_chunk on its chat span).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from tests.support.stack import local_stack
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[4]
-REQUESTS = 60
+REQUESTS = 120  # suggest refuses fewer than 100 judged traces
 ENV = {"HF_HUB_OFFLINE": "1", "OTEL_BSP_SCHEDULE_DELAY": "200", "PYTHONUNBUFFERED": "1"}
 DOCS = {
     "with.md": "# The with statement\n\nA context manager's __enter__ runs first and its "
@@ -77,7 +79,7 @@ def reference_run(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRun:
             out = root / "run"
             result = subprocess.run(
                 spanbudget_command("loadtest", "--target", spec.gateway_url,
-                           "--collector", collector, "--requests", str(REQUESTS), "--rate", "6",
+                           "--collector", collector, "--requests", str(REQUESTS), "--rate", "10",
                            "--run-id", "suggest", "--out", str(out), "--budget", budget),
                 capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, **ENV},
             )  # fmt: skip
@@ -106,13 +108,13 @@ def run_cli(*args: str) -> str:
     return result.stdout
 
 
-def stage_p95s(verdicts: list[dict[str, Any]]) -> dict[str, float]:
+def stage_values(verdicts: list[dict[str, Any]]) -> dict[str, list[float]]:
     values: dict[str, list[float]] = {}
     for verdict in verdicts:
         for stage in verdict["stages"]:
             if stage["ms"] is not None and stage["status"] != "absent":
                 values.setdefault(stage["name"], []).append(stage["ms"])
-    return {name: float(np.percentile(v, 95)) for name, v in values.items()}
+    return values
 
 
 def limits_of(text: str) -> dict[str, float]:
@@ -121,15 +123,38 @@ def limits_of(text: str) -> dict[str, float]:
     return {stage.name: stage.limit_ms for stage in budget.budget.stages}
 
 
-def test_suggested_limits_reproduce_the_load_tests_p95s(reference_run: ReferenceRun) -> None:
+def judged_with(text: str, traces: Path) -> list[dict[str, Any]]:
+    suggested = traces.parent / "suggested.yaml"
+    suggested.write_text(text)
+    verdicts: list[dict[str, Any]] = json.loads(
+        run_cli("check", str(traces), "--budget", str(suggested),
+                "--format", "json", "--fail-on", "never")
+    )  # fmt: skip
+    assert len(verdicts) == REQUESTS
+    return verdicts
+
+
+def assert_holds_jointly(text: str, verdicts: list[dict[str, Any]]) -> None:
+    """The share within every limit is the one the file states, and at least 95 %."""
+    within = sum(v["status"] in ("ok", "warn") for v in verdicts)
+    assert within >= 0.95 * REQUESTS, (within, text)
+    assert f"Judged with these numbers, {within} of {REQUESTS} traces" in text
+    limits = limits_of(text)
+    for name, values in stage_values(verdicts).items():
+        p95 = float(np.percentile(values, 95))
+        assert p95 <= limits[name] <= max(max(values) * 1.1 + 0.1, 1.0), (name, values, limits)
+
+
+def test_suggested_limits_hold_the_objective_jointly(reference_run: ReferenceRun) -> None:
     text = run_cli("budget", "suggest", str(reference_run.traces), "--budget", "budget.yaml")
     limits = limits_of(text)
     observed = {s["name"]: s["p95_ms"] for s in reference_run.report["stages"] if s["count"]}
     assert observed.keys() == limits.keys()
     for name, p95 in observed.items():
-        assert p95 <= limits[name] <= max(p95 * 1.1, 0.1), (name, p95, limits)
-    # Every number says where it came from.
-    assert text.count(f"p95 of {REQUESTS} traces was") == len(observed)
+        assert limits[name] >= p95, (name, p95, limits)
+    assert_holds_jointly(text, judged_with(text, reference_run.traces))
+    # Every number says where it came from: a median and a high percentile per stage.
+    assert text.count(f" of {REQUESTS} traces was") >= 2 * len(observed)
     assert text.count("  # ") >= 2 * len(limits) + 2
 
 
@@ -138,15 +163,7 @@ def test_stages_from_the_structure_are_the_reference_paths(reference_run: Refere
     limits = limits_of(text)
     # The gateway's children on the critical path, and the caller above it.
     assert {"client", "server", "retrieval", "prompt", "chat"} <= limits.keys()
-    suggested = reference_run.traces.parent / "suggested.yaml"
-    suggested.write_text(text)
-    verdicts = json.loads(
-        run_cli("check", str(reference_run.traces), "--budget", str(suggested),
-                "--format", "json", "--fail-on", "never")
-    )  # fmt: skip
-    assert len(verdicts) == REQUESTS
-    for name, p95 in stage_p95s(verdicts).items():
-        assert p95 <= limits[name] <= max(p95 * 1.1, 0.1), (name, p95, limits[name])
+    assert_holds_jointly(text, judged_with(text, reference_run.traces))
 
 
 def test_the_genai_preset_judges_the_reference_path(reference_run: ReferenceRun) -> None:
@@ -163,6 +180,4 @@ def test_the_genai_preset_judges_the_reference_path(reference_run: ReferenceRun)
         assert ms["llm"] > 0
     text = run_cli("budget", "suggest", str(reference_run.traces), "--preset", "genai")
     assert "\nversion: 1\npreset: genai\n" in text
-    limits = limits_of(text)
-    for name, p95 in stage_p95s(verdicts).items():
-        assert p95 <= limits[name] <= max(p95 * 1.1, 0.1), (name, p95, limits[name])
+    assert_holds_jointly(text, judged_with(text, reference_run.traces))
