@@ -288,9 +288,10 @@ def p95_panels(
             f'<tspan class="v-{band_class(last, target, limit)}">{fmt_ms(last)}</tspan></text>'
         )
         body.append(
-            f'<text class="tick" x="{num(ox)}" y="{num(oy + panel_h - 4)}">{_clock(t0)}</text>'
+            f'<text class="tick" x="{num(ox)}" y="{num(oy + panel_h - 4)}">'
+            f"{_clock(t0, dt)}</text>"
             f'<text class="tick" x="{num(ox + panel_w)}" y="{num(oy + panel_h - 4)}" '
-            f'text-anchor="end">{_clock(t1)}</text>'
+            f'text-anchor="end">{_clock(t1, dt)}</text>'
         )
         body.append("</g>")
     label = "Per-stage p95 over time against each stage's limit: " + "; ".join(
@@ -300,8 +301,9 @@ def p95_panels(
     return svg_root(width, rows * (panel_h + gap), label, body, "panels")
 
 
-def _clock(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%H:%M")
+def _clock(t: float, span: float) -> str:
+    """The time of day, to the second when the chart spans less than an hour."""
+    return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S" if span < 3600 else "%H:%M")
 
 
 # -- trace list: one stacked bar a row ------------------------------------------------------

@@ -21,11 +21,19 @@ from spanbudget.collector.live.ui.charts import (
     ttft_histogram,
 )
 from spanbudget.collector.live.verdict_columns import ColumnSelection
+from spanbudget.collector.stats import min_count
 
-__all__ = ["Overview", "build_overview", "ttft_edges"]
+__all__ = ["Overview", "Slices", "build_overview", "excesses", "slices_for", "ttft_edges"]
 
-OVER_TIME_SLICES = 36
+MAX_SLICES = 36
 HISTOGRAM_BINS = 40
+# Slice widths the over-time chart picks from, seconds: round ones, so slices line up with
+# the clock (…, 10 s, 15 s, 30 s, 1 min, …, 1 h, …, 1 d).
+_WIDTHS = (
+    *(1, 2, 5, 10, 15, 30),  # seconds
+    *(60, 120, 300, 600, 900, 1800),  # minutes
+    *(3600, 7200, 10800, 21600, 43200, 86400),  # hours, a day
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,7 @@ class Overview:
     bands_svg: Markup
     histogram_svg: Markup
     panels_svg: Markup
+    slices: Slices
     firing: list[Mapping[str, Any]]
     pending: int
     overruns: list[Mapping[str, Any]]
@@ -49,6 +58,63 @@ class Overview:
     @property
     def slo_met(self) -> bool | None:
         return None if self.within_limits is None else self.within_limits >= self.objective
+
+
+@dataclass(frozen=True, slots=True)
+class Slices:
+    """The over-time chart's slices: `count` of `width` seconds from `start`, sized so
+    that each holds on average the `per_slice` traces a p95 needs to be bounded."""
+
+    start: float
+    width: float
+    count: int
+    per_slice: int
+
+    @property
+    def end(self) -> float:
+        return self.start + self.width * self.count
+
+    def describe(self) -> str:
+        """`15 s`, `5 min`, `1 h`: the width for people."""
+        w = int(self.width)
+        if w % 3600 == 0:
+            return f"{w // 3600} h"
+        if w % 60 == 0:
+            return f"{w // 60} min"
+        return f"{w} s"
+
+
+def slices_for(first: float, last: float, traces: int, *, per_slice: int) -> Slices:
+    """Slices over the time the traces span (not the whole range: a 30 s run in the 1 h
+    range gets slices of seconds, not one of minutes): the narrowest round width that
+    gives at most `MAX_SLICES` slices and, on average, `per_slice` traces in each; aligned
+    to the clock."""
+    span = max(last - first, 1.0)
+    wanted = max(span / MAX_SLICES, span * per_slice / max(traces, 1))
+    width = next((float(w) for w in _WIDTHS if w >= wanted), float(_WIDTHS[-1]))
+    while span / width > MAX_SLICES:  # beyond a day's width: whole days
+        width += _WIDTHS[-1]
+    start = math.floor(first / width) * width
+    count = max(1, math.ceil((last - start) / width + 1e-9))
+    if start + count * width <= last:  # the last trace sits on the edge: one more slice
+        count += 1
+    return Slices(start, width, count, per_slice)
+
+
+def excesses(verdict: Mapping[str, Any]) -> list[tuple[str, float, str]]:
+    """Each blamed stage of a verdict (its JSON form) with how far over it went: past its
+    limit when it overran, else past its target (blamed because only the total overran).
+    `(name, ms, "limit" | "target")`, in blame order."""
+    stages = {s["name"]: s for s in verdict.get("stages", ())}
+    out: list[tuple[str, float, str]] = []
+    for name in verdict.get("blame", ()):
+        stage = stages.get(name)
+        if stage is None or stage.get("ms") is None:
+            continue
+        over_limit = stage["status"] == "overrun"
+        mark = stage["limit_ms"] if over_limit else stage["target_ms"]
+        out.append((name, round(stage["ms"] - mark, 2), "limit" if over_limit else "target"))
+    return out
 
 
 def ttft_edges(total_target_ms: float, total_limit_ms: float, p99_ms: float | None) -> list[float]:
@@ -98,10 +164,15 @@ def build_overview(
         ]
     )
     names = [s.name for s in budget.stages if s.name in selection.stage_ms]
-    starts, series = selection.p95_over_time(names, start, end, OVER_TIME_SLICES)
+    if len(selection):
+        first, last = float(selection.at.min()), float(selection.at.max())
+    else:
+        first, last = start, end
+    slices = slices_for(first, last, len(selection), per_slice=min_count(95))
+    starts, series = selection.p95_over_time(names, slices.start, slices.end, slices.count)
     panels = p95_panels(
         starts,
-        end,
+        slices.end,
         [
             (s.name, i, s.target_ms, s.limit_ms, series[s.name])
             for i, s in enumerate(budget.stages)
@@ -124,9 +195,10 @@ def build_overview(
             limit_ms=budget.total_limit_ms,
         ),
         panels_svg=panels,
+        slices=slices,
         firing=firing,
         pending=sum(1 for r in rules if r.get("state") == "pending"),
-        overruns=list(overruns),
+        overruns=[{**v, "excess": excesses(v)} for v in overruns],
         run_ids=selection.run_ids,
         start=start,
         end=end,
