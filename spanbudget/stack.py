@@ -134,6 +134,8 @@ class Stack:
             str(self.data_dir / "verdicts.db"),
             "--decision-wait",
             self.decision_wait,
+            "--engine-metrics",
+            f"http://{self.engine}/metrics",
             *self._to_jaeger(),
             *self.collector_args,
         )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from spanbudget.collector.budget.model import Budget
+from spanbudget.collector.context import request_attributes
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.spans import Span, group_by_trace
@@ -40,8 +41,11 @@ def evaluate_spans(
         verdict = evaluator.evaluate(trace, evaluated_at=evaluated_at)
         if verdict is None:
             skipped += 1
-        else:
-            verdicts.append(verdict)
+            continue
+        extra = request_attributes(trace)  # the prompt's tokens, for `why`
+        if extra:
+            verdict = replace(verdict, attributes={**verdict.attributes, **extra})
+        verdicts.append(verdict)
     return CheckResult(verdicts, skipped)
 
 

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.check.judge import CheckResult
+from spanbudget.collector.context import why
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.stats import StageSummary
 from spanbudget.collector.stats.table import StageRow, few_note, has_few, slo_line, stage_table
@@ -147,6 +148,29 @@ def _aggregate(verdicts: Sequence[Verdict], budget: Budget, title: str) -> Table
     )
 
 
+WHY_ROWS = 5  # overruns explained under the rows table
+
+
+def _reasons(verdicts: Sequence[Verdict]) -> list[tuple[Verdict, str]]:
+    """For the worst overruns whose verdicts carry context: the blamed stage, its excess
+    over its limit, and `context.why` (`prefill +31.0 ms: 3,100-token prompt; 14 waiting`)."""
+    out: list[tuple[Verdict, str]] = []
+    for verdict in verdicts:
+        if verdict.status is not Status.OVERRUN or not verdict.blame:
+            continue
+        context = why(verdict.attributes)
+        if not context:
+            continue
+        stage = verdict.stage(verdict.blame[0])
+        over = (stage.ms or 0.0) - (
+            stage.limit_ms if stage.status is Status.OVERRUN else stage.target_ms
+        )
+        out.append((verdict, f"{stage.name} +{over:.1f} ms: {context}"))
+        if len(out) == WHY_ROWS:
+            break
+    return out
+
+
 def render_table(
     result: CheckResult, budget: Budget, console: Console, *, rows: int | None = None
 ) -> None:
@@ -162,6 +186,14 @@ def render_table(
     hidden = len(ordered) - len(shown)
     if hidden:
         console.print(f"{hidden} more traces not shown (--rows N shows N, worst first)")
+    reasons = _reasons(shown)
+    if reasons:
+        ids = short_ids([v.trace_id for v in shown], console.width)
+        console.print(
+            "the worst overruns' context (prompt tokens; the engine's state, when known):"
+        )
+        for verdict, text in reasons:
+            console.print(f"  {ids[verdict.trace_id]}  {text}", overflow="fold")
     if result.verdicts:
         n = len(result.verdicts)
         console.print()

@@ -83,6 +83,15 @@ def collect(
         str | None,
         typer.Option(help="With --pull-jaeger: the service whose traces to read."),
     ] = None,
+    engine_metrics: Annotated[
+        str | None,
+        typer.Option(
+            help="The engine's Prometheus metrics (vLLM's /metrics), scraped every second:"
+            " each verdict carries the waiting and running requests and the KV cache use"
+            " around its request's arrival.",
+            show_default=False,
+        ),
+    ] = None,
     decision_wait: Annotated[
         str | None,
         typer.Option(
@@ -159,6 +168,7 @@ def collect(
         "jaeger_url": jaeger_url,
         "pull_jaeger": pull_jaeger,
         "pull_service": pull_service,
+        "engine_metrics": engine_metrics,
         "receiver_token": receiver_token,
         "api_token": api_token,
         "max_body_bytes": max_body_bytes,

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.live.assembly import REVISION, Assembly, DueTrace
+from spanbudget.collector.live.engine_metrics import Annotate
 from spanbudget.collector.live.held import HeldSpan
 from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.sinks import DecidedTrace, Decisions, VerdictSink
@@ -40,6 +41,8 @@ class JudgingCore:
     The core is the one owner of the current budget: `set_budget` switches it between two
     steps, and the next step tells every sink. It counts the pipeline's health in
     `metrics` (rejected, late, skipped and dropped spans and traces, queue gauges).
+    `annotate`, when given, adds to each verdict's attributes what it finds in the trace's
+    spans (the request's prompt tokens, the engine's state: `engine_metrics`).
     `offer`, `set_budget`, `flush`, `wait_idle` and `close` may be called from any thread;
     the assembly, the evaluator and the sinks' `consume` belong to the worker thread.
     """
@@ -55,8 +58,10 @@ class JudgingCore:
         clock: Callable[[], float] = time.monotonic,
         thread_name: str = "spanbudget-worker",
         make_evaluator: Callable[[Budget], Evaluator] = Evaluator,
+        annotate: Annotate | None = None,
     ) -> None:
         self.sinks = list(sinks)
+        self._annotate = annotate
         self.metrics = metrics
         self.max_queue_spans = max_queue_spans
         self._assembly = assembly
@@ -275,6 +280,12 @@ class JudgingCore:
                 lost = _with_missing_parents(trace.lost, trace.spans)
                 if lost:
                     judged = replace(judged, verdict=judged.verdict.as_damaged(lost))
+                if self._annotate is not None:
+                    verdict = judged.verdict
+                    extra = self._annotate([h.span for h in trace.spans])
+                    if extra:
+                        attributes = {**verdict.attributes, **extra}
+                        judged = replace(judged, verdict=replace(verdict, attributes=attributes))
             out.append(DecidedTrace(trace.trace_id, trace.spans, trace.reason, judged))
         return out
 

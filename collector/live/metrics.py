@@ -97,6 +97,11 @@ class CollectorMetrics:
             ["sink"],
             registry=registry,
         )
+        self.engine_scrape_failures = Counter(
+            "spanbudget_engine_scrape_failures",
+            "Failed scrapes of the engine's metrics (--engine-metrics).",
+            registry=registry,
+        )
         self.spans_forwarded = Counter(
             "spanbudget_spans_forwarded",
             "Spans delivered downstream over OTLP.",

@@ -34,10 +34,12 @@ from spanbudget.collector.alerts.sinks import (
 )
 from spanbudget.collector.budget.loader import BudgetError, load_budget
 from spanbudget.collector.budget.model import Budget
+from spanbudget.collector.context import EngineSamples
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.live.alerting import AlertsSink
 from spanbudget.collector.live.assembly import Assembly
 from spanbudget.collector.live.core import JudgingCore
+from spanbudget.collector.live.engine_metrics import EngineScraper, annotate_with
 from spanbudget.collector.live.forward import Forwarder
 from spanbudget.collector.live.held import HeldSpan
 from spanbudget.collector.live.intake import QUEUE_FULL, Batch, IntakeError, decode_export
@@ -72,6 +74,7 @@ class Pipeline:
     decoders: ThreadPoolExecutor
     journal: Journal | None  # accepted bodies until their traces are decided
     pull: JaegerPull | None = None  # traces other collectors sent to Jaeger, judged here
+    engine_scraper: EngineScraper | None = None  # the engine's state, for the verdicts
 
     def decode(
         self, body: bytes, *, content_type: str | None, content_encoding: str | None
@@ -160,7 +163,9 @@ class Pipeline:
 
     def start(self) -> None:
         """Start the core's worker, offer it what the journal kept from before a restart,
-        then start the alert rules' timer and the pull from Jaeger."""
+        then start the alert rules' timer, the pull from Jaeger and the engine's scrape."""
+        if self.engine_scraper is not None:
+            self.engine_scraper.start()
         self.core.start()
         self.replay_journal()
         if self.alerts is not None:
@@ -195,6 +200,8 @@ class Pipeline:
             self.alerts.close()
         if self.dispatcher is not None:
             self.dispatcher.close()
+        if self.engine_scraper is not None:
+            self.engine_scraper.close()
 
 
 def _within_trace_bound(batch: Batch, per_trace: int) -> list[HeldSpan]:
@@ -274,6 +281,16 @@ def assemble(
         # As after a Prometheus restart: the windows see again what they saw, a firing
         # alert stays the same alert (no second page), a pending rule keeps its clock.
         engine.restore(store.judged_since(time.time() - engine.history_s, budget.name))
+    scraper = None
+    if settings.engine_metrics is not None:
+        every = settings.engine_metrics_every_seconds
+        scraper = EngineScraper(
+            settings.engine_metrics,
+            # Ten minutes of scrapes: verdicts come at most max_trace_age after arrival.
+            EngineSamples(keep=max(60, round(600 / every)), max_age_ns=round(3 * every * 1e9)),
+            every_s=every,
+            on_failure=metrics.engine_scrape_failures.inc,
+        )
     core = JudgingCore(
         budget,
         [
@@ -299,6 +316,7 @@ def assemble(
         max_queue_spans=settings.intake_queue_spans,
         clock=clock,
         make_evaluator=make_evaluator,
+        annotate=annotate_with(None if scraper is None else scraper.samples),
     )
     recent = store.recent_statuses(settings.decided_memory)
     core.remember(trace_id for trace_id, _ in recent)
@@ -331,4 +349,5 @@ def assemble(
         decoders,
         journal,
         pull,
+        scraper,
     )

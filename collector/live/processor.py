@@ -20,6 +20,7 @@ from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.verdict import Verdict
 from spanbudget.collector.live.assembly import Assembly
 from spanbudget.collector.live.core import JudgingCore
+from spanbudget.collector.live.engine_metrics import annotate_with
 from spanbudget.collector.live.held import HeldSpan
 from spanbudget.collector.live.metrics import CollectorMetrics
 from spanbudget.collector.live.sinks import Decisions
@@ -124,6 +125,7 @@ class BudgetSpanProcessor(SpanProcessor):
             metrics=self.metrics,
             max_queue_spans=max_queue_spans,
             thread_name="budget-processor",
+            annotate=annotate_with(None),  # the prompt's tokens, as the collector carries them
         )
         self._core.start()
 

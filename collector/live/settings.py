@@ -87,6 +87,11 @@ class CollectorSettings(BaseSettings):
     forward_max_elapsed_seconds: float | None = Field(default=None, gt=0)
     shutdown_drain_seconds: float = Field(default=5.0, ge=0)
 
+    # The engine's Prometheus metrics (vLLM's /metrics): its state around each request's
+    # arrival goes into the verdict (waiting, running, KV cache), beside its prompt tokens.
+    engine_metrics: str | None = None
+    engine_metrics_every_seconds: float = Field(default=1.0, gt=0)
+
     # One view over many collectors (live/jaeger_pull.py): judge what they sent to Jaeger.
     pull_jaeger: str | None = None  # Jaeger's query address (API v3), or with /api/traces
     pull_service: str | None = None  # whose traces to search for
@@ -99,6 +104,15 @@ class CollectorSettings(BaseSettings):
     @classmethod
     def _check_listen(cls, value: str) -> str:
         parse_listen(value)
+        return value
+
+    @field_validator("engine_metrics")
+    @classmethod
+    def _check_engine_metrics(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(
+                f"must be an http(s) URL, e.g. http://127.0.0.1:8000/metrics: {value!r}"
+            )
         return value
 
     @field_validator("forward_otlp")

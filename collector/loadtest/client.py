@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry import trace
@@ -55,7 +56,9 @@ class RequestRecord:
     total_ms: float = 0.0
     total_sched_ms: float = 0.0
     output_tokens: int = 0
-    prompt_tokens: int | None = None
+    prompt_tokens: int | None = None  # as the response's usage counted them
+    model: str = ""  # the model the request asked for
+    sent_at: str = ""  # the wall-clock send time, RFC 3339 in UTC to the microsecond
     trace_id: str = ""
     chunk_gaps_ms: list[float] = field(default_factory=list, repr=False)
 
@@ -84,7 +87,7 @@ async def send_chat(
     api_key: str | None = None,
 ) -> RequestRecord:
     """Send one streamed request and time it; never raises for a failed request."""
-    record = RequestRecord(request.index, request.phase, request.scheduled_s)
+    record = RequestRecord(request.index, request.phase, request.scheduled_s, model=model)
     scheduled_perf = run_start_perf + request.scheduled_s
     body = {
         "model": model,
@@ -96,6 +99,9 @@ async def send_chat(
     send_wall_ns = time.time_ns()
     send_perf = time.perf_counter()
     record.sent_s = send_perf - run_start_perf
+    record.sent_at = datetime.fromtimestamp(send_wall_ns / 1e9, UTC).isoformat(
+        timespec="microseconds"
+    )
     span = tracer.start_span(
         f"chat {model}",
         kind=SpanKind.CLIENT,

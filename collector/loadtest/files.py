@@ -31,6 +31,10 @@ def _float(text: str) -> float | None:
     return None if text == "" else float(text)
 
 
+def _int(text: str) -> int | None:
+    return None if text == "" else int(text)
+
+
 # The client's columns (`RequestRecord` fields, each with how its cell reads back), then
 # the verdict's; then each stage's ms, each stage's status, and the blame.
 _REQUEST: dict[str, Callable[[str], Any]] = {
@@ -48,9 +52,16 @@ _REQUEST: dict[str, Callable[[str], Any]] = {
     "total_ms": float,
     "total_sched_ms": float,
     "output_tokens": int,
+    "prompt_tokens": _int,
+    "model": str,
+    "sent_at": str,
 }
-_VERDICT = ("verdict_status", "verdict_ttft_ms", "verdict_total_status")
+# Files written before these columns existed still read back (they stay empty).
+_ADDED = ("prompt_tokens", "model", "sent_at", "verdict_context")
+# `verdict_context`: why the blamed stage may have overrun (`context.why`), when known.
+_VERDICT = ("verdict_status", "verdict_ttft_ms", "verdict_total_status", "verdict_context")
 _FIXED = (*_REQUEST, *_VERDICT)
+_FIXED_BEFORE = tuple(name for name in _FIXED if name not in _ADDED)
 
 
 def columns(stage_names: Sequence[str]) -> list[str]:
@@ -78,12 +89,12 @@ def read_results(path: Path) -> list[RequestResult]:
         header = next(reader, None)
         if header is None:
             raise ValueError(f"{path}: empty, not a {REQUESTS_CSV}")
-        stage_names = _stage_names(header)
+        fixed, stage_names = _layout(header)
         results = []
         for number, row in enumerate(reader, 2):
             if len(row) != len(header):
                 raise ValueError(f"{path}:{number}: {len(row)} cells, the header has {len(header)}")
-            results.append(_result(row, stage_names))
+            results.append(_result(row, fixed, stage_names))
     return results
 
 
@@ -106,33 +117,33 @@ def _row(result: RequestResult, stage_names: Sequence[str]) -> list[object]:
         cells += [None] * (len(_VERDICT) + 2 * len(stage_names) + 1)
     else:
         stages = [v.stages.get(name) for name in stage_names]
-        cells += [v.status.value, v.ttft_ms, v.total_status.value]
+        cells += [v.status.value, v.ttft_ms, v.total_status.value, v.context]
         cells += [None if s is None else s.ms for s in stages]
         cells += [None if s is None else s.status.value for s in stages]
         cells.append(" ".join(v.blame))
     return ["" if cell is None else cell for cell in cells]
 
 
-def _stage_names(header: list[str]) -> list[str]:
-    stage_columns = header[len(_FIXED) : -1]
+def _layout(header: list[str]) -> tuple[tuple[str, ...], list[str]]:
+    """The fixed columns this file has (today's, or those before `_ADDED`) and its stages."""
+    fixed = _FIXED if tuple(header[: len(_FIXED)]) == _FIXED else _FIXED_BEFORE
+    stage_columns = header[len(fixed) : -1]
     half = len(stage_columns) // 2
     names = [c.removesuffix("_ms") for c in stage_columns[:half]]
-    if (
-        tuple(header[: len(_FIXED)]) != _FIXED
-        or header[-1:] != ["blame"]
-        or len(stage_columns) % 2
-        or header != columns(names)
-    ):
+    expected = [*fixed, *columns(names)[len(_FIXED) :]]
+    if header[-1:] != ["blame"] or len(stage_columns) % 2 or header != expected:
         raise ValueError(f"not the columns of a {REQUESTS_CSV}: {header[:3]}...")
-    return names
+    return fixed, names
 
 
-def _result(row: list[str], stage_names: list[str]) -> RequestResult:
-    cell = dict(zip(_FIXED, row, strict=False))
-    request = RequestRecord(**{name: read(cell[name]) for name, read in _REQUEST.items()})
+def _result(row: list[str], fixed: tuple[str, ...], stage_names: list[str]) -> RequestResult:
+    cell = dict(zip(fixed, row, strict=False))
+    request = RequestRecord(
+        **{name: read(cell[name]) for name, read in _REQUEST.items() if name in cell}
+    )
     if not cell["verdict_status"]:
         return RequestResult(request)
-    n = len(_FIXED)
+    n = len(fixed)
     times = row[n : n + len(stage_names)]
     statuses = row[n + len(stage_names) : n + 2 * len(stage_names)]
     stages = {
@@ -144,6 +155,7 @@ def _result(row: list[str], stage_names: list[str]) -> RequestResult:
         status=Status(cell["verdict_status"]),
         ttft_ms=_float(cell["verdict_ttft_ms"]),
         total_status=Status(cell["verdict_total_status"]),
+        context=cell.get("verdict_context", ""),
         stages=stages,
         blame=tuple(row[-1].split()),
     )

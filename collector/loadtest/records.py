@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from spanbudget.collector.context import why
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.loadtest.client import RequestRecord
 
@@ -33,6 +34,7 @@ class RequestVerdict:
     total_status: Status  # the time to first token against its (effective) limit
     stages: Mapping[str, StageTime]  # by name, in the budget's order
     blame: tuple[str, ...] = ()
+    context: str = ""  # the prompt and the engine's state around arrival (`context.why`)
 
     @classmethod
     def of(cls, verdict: Verdict) -> RequestVerdict:
@@ -42,6 +44,7 @@ class RequestVerdict:
             total_status=verdict.total_status,
             stages={s.name: StageTime(s.ms, s.status) for s in verdict.stages},
             blame=verdict.blame,
+            context=why(verdict.attributes),
         )
 
     @property
@@ -65,7 +68,7 @@ class RequestResult:
 
 def join(records: Sequence[RequestRecord], verdicts: Mapping[str, Verdict]) -> list[RequestResult]:
     """Each record with its verdict (by trace id), as the run's files keep them: times to
-    the microsecond, and without what the files leave out (per-chunk gaps, prompt tokens)."""
+    the microsecond, and without what the files leave out (the per-chunk gaps)."""
     return [
         RequestResult(_as_kept(record), _verdict_of(verdicts.get(record.trace_id)))
         for record in records
@@ -87,7 +90,6 @@ def _as_kept(record: RequestRecord) -> RequestRecord:
         itl_p95_ms=_r(record.itl_p95_ms),
         total_ms=round(record.total_ms, 3),
         total_sched_ms=round(record.total_sched_ms, 3),
-        prompt_tokens=None,
         chunk_gaps_ms=[],
     )
 

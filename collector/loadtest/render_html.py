@@ -1,174 +1,226 @@
-"""`report.html`: one self-contained page with the run's charts (PNG inlined) and tables."""
+"""`report.html`: one self-contained page for a performance review of a run, drawn with the
+web UI's own SVG charts and stylesheet (no script, no images, no plotting library).
+
+What it shows, top to bottom: the SLO line with its Wilson interval; throughput; each
+stage against its target and limit (p50–p99 on its own scale), each stage's whole
+distribution, the time to first token as the traces and as the client saw it; the phases
+side by side (client TTFT, inter-token and request latency, throughput, each stage's p95);
+each stage's p95 over the run; the slowest traces, linked into the web UI and Jaeger.
+Percentiles are not added up anywhere: a p99 of a sum is not the sum of p99s.
+"""
 
 from __future__ import annotations
 
-import base64
-import html
-import io
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
+from spanbudget.collector.charts import (
+    BandRow,
+    band_class,
+    fmt_ms,
+    histogram,
+    p95_panels,
+    round_edges,
+    stage_bands,
+)
+from spanbudget.collector.links import ui_run_url, ui_traces_url
 from spanbudget.collector.loadtest.records import RequestResult
 from spanbudget.collector.loadtest.report_model import Report
+from spanbudget.collector.stats import (
+    CONFIDENCE,
+    PERCENTILES,
+    StageSummary,
+    decide_slo,
+    enough_for,
+    percentile,
+    wilson_interval,
+)
+from spanbudget.collector.stats.table import few_note
 
-__all__ = ["render_html"]
+__all__ = ["PhaseFigures", "phase_figures", "render_html"]
 
-STAGE_COLOURS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1"]
-
-
-def _png(figure: Figure) -> str:
-    FigureCanvasAgg(figure)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    return base64.b64encode(buffer.getvalue()).decode()
-
-
-def _stacked_bars(report: Report) -> Figure:
-    """Per-stage percentiles stacked, next to the allocation's targets and limits."""
-    stages = report.stages
-    rows: list[tuple[str, list[float]]] = [
-        ("target", [s.target_ms for s in stages]),
-        ("limit", [s.limit_ms for s in stages]),
-        ("p50", [s.summary.p50_ms or 0.0 for s in stages]),
-        ("p95", [s.summary.p95_ms or 0.0 for s in stages]),
-        ("p99", [s.summary.p99_ms or 0.0 for s in stages]),
-    ]
-    figure = Figure(figsize=(8, 3.2))
-    axes = figure.add_subplot()
-    for y, (label, values) in enumerate(rows):
-        left = 0.0
-        for i, value in enumerate(values):
-            axes.barh(
-                y,
-                value,
-                left=left,
-                color=STAGE_COLOURS[i % len(STAGE_COLOURS)],
-                alpha=0.45 if label in ("target", "limit") else 0.95,
-                label=stages[i].name if y == 0 else None,
-                edgecolor="white",
-            )
-            left += value
-    axes.axvline(report.total_limit_ms, color="#c00", linestyle="--", label="total limit")
-    axes.axvline(report.total_target_ms, color="#777", linestyle=":", label="total target")
-    axes.set_yticks(range(len(rows)), [label for label, _ in rows])
-    axes.invert_yaxis()
-    axes.set_xlabel("ms (stage percentiles stacked)")
-    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=7, ncol=4)
-    axes.set_title("Stages at p50 / p95 / p99 against the allocation")
-    return figure
+STAGE_BINS = 30
 
 
-def _ttft_histogram(report: Report, results: Sequence[RequestResult]) -> Figure:
-    values = [
-        r.verdict.ttft_ms
-        for r in results
-        if r.verdict is not None and r.verdict.ttft_ms is not None
-    ]
-    figure = Figure(figsize=(8, 3))
-    axes = figure.add_subplot()
-    if values:
-        axes.hist(values, bins=min(40, max(5, len(values) // 3)), color="#4e79a7")
-    axes.axvline(report.total_target_ms, color="#e8a200", linestyle=":", label="target")
-    axes.axvline(report.total_limit_ms, color="#c00", linestyle="--", label="limit")
-    axes.set_xlabel("TTFT ms (trace, from the verdicts)")
-    axes.set_ylabel("requests")
-    axes.legend(fontsize=8)
-    axes.set_title("TTFT distribution")
-    return figure
+@dataclass(frozen=True, slots=True)
+class PhaseFigures:
+    """What the client saw in one phase, and how much of it fit the budget."""
+
+    name: str
+    requests: int
+    errors: int
+    within: int  # requests within every limit
+    duration_s: float  # from the phase's first send to its last response
+    client_ttft: StageSummary
+    itl: StageSummary
+    request_total: StageSummary
+    output_tokens: int
+
+    @property
+    def sent_rps(self) -> float:
+        return self.requests / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def goodput_rps(self) -> float:
+        return self.within / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
 
 
-def _p95_over_time(report: Report) -> Figure:
-    points = report.stage_p95_over_time
-    figure = Figure(figsize=(8, 3))
-    axes = figure.add_subplot()
-    for i, stage in enumerate(report.stages):
-        colour = STAGE_COLOURS[i % len(STAGE_COLOURS)]
-        mine = [(p.t_s, p.stage_p95_ms.get(stage.name)) for p in points]
-        xs = [t for t, value in mine if value is not None]
-        ys = [value for _, value in mine if value is not None]
-        axes.plot(xs, ys, marker="o", color=colour, label=stage.name)
-        axes.axhline(stage.limit_ms, color=colour, linestyle="--", linewidth=0.8)
-    axes.set_xlabel("scheduled time in the run, s (5 s windows)")
-    axes.set_ylabel("p95 ms (dashed: limit)")
-    axes.legend(fontsize=7, ncol=3)
-    axes.set_title("Each stage's p95 over the run")
-    return figure
+def phase_figures(results: Sequence[RequestResult]) -> list[PhaseFigures]:
+    """Per phase, in the order the phases ran; the whole run last when there are several."""
+    order: dict[str, list[RequestResult]] = {}
+    for result in results:
+        order.setdefault(result.request.phase, []).append(result)
+    figures = [_figures(name, rows) for name, rows in order.items()]
+    if len(figures) > 1:
+        figures.append(_figures("whole run", list(results)))
+    return figures
 
 
-def _table(headers: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in body
+def _figures(name: str, rows: Sequence[RequestResult]) -> PhaseFigures:
+    requests = [r.request for r in rows]
+    start = min((r.sent_s for r in requests), default=0.0)
+    end = max((r.sent_s + r.total_ms / 1000 for r in requests), default=0.0)
+    return PhaseFigures(
+        name=name,
+        requests=len(rows),
+        errors=sum(not r.ok for r in requests),
+        within=sum(r.verdict is not None and r.verdict.within_limits for r in rows),
+        duration_s=end - start,
+        client_ttft=StageSummary.of_times(r.ttft_ms for r in requests if r.ttft_ms is not None),
+        itl=StageSummary.of_times(r.itl_mean_ms for r in requests if r.itl_mean_ms is not None),
+        request_total=StageSummary.of_times(r.total_ms for r in requests if r.ok),
+        output_tokens=sum(r.output_tokens for r in requests),
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f}"
+def _stage_values(results: Sequence[RequestResult], name: str) -> list[float]:
+    values = []
+    for result in results:
+        verdict = result.verdict
+        if verdict is None or not verdict.timed:
+            continue
+        stage = verdict.stages.get(name)
+        if stage is not None and stage.ms is not None and stage.status.value != "absent":
+            values.append(stage.ms)
+    return values
 
 
-def _share(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1%}"
+def _distribution(
+    values: Sequence[float], target_ms: float, limit_ms: float, *, width: float, height: float
+) -> Markup:
+    ordered = sorted(values)
+    p99 = percentile(ordered, 99) if ordered else None
+    edges = round_edges(max(limit_ms * 1.4, (p99 or 0.0) * 1.1, target_ms, 1.0), STAGE_BINS)
+    return histogram(
+        edges, _counts(ordered, edges), target_ms=target_ms, limit_ms=limit_ms,
+        width=width, height=height,
+    )  # fmt: skip
+
+
+def _counts(values: Iterable[float], edges: Sequence[float]) -> list[int]:
+    """How many values fall in each bin; the last bin holds everything past it."""
+    width = edges[1] - edges[0]
+    counts = [0] * (len(edges) - 1)
+    for value in values:
+        counts[min(len(counts) - 1, max(0, math.floor((value - edges[0]) / width)))] += 1
+    return counts
+
+
+def _over_time(report: Report) -> Markup | None:
+    points = report.stage_p95_over_time
+    if len(points) < 2:
+        return None
+    started = datetime.fromisoformat(report.info.started_at).timestamp()
+    window = points[1].t_s - points[0].t_s
+    series = [
+        (s.name, i, s.target_ms, s.limit_ms, [p.stage_p95_ms.get(s.name) for p in points])
+        for i, s in enumerate(report.stages)
+    ]
+    starts = [started + p.t_s for p in points]
+    return p95_panels(starts, starts[-1] + window, series, width=960)
+
+
+def _slo(report: Report) -> dict[str, object]:
+    within = round(report.within_limits * report.requests)
+    low, high = wilson_interval(within, report.requests)
+    return {
+        "decision": decide_slo(within, report.requests, report.slo_objective).value,
+        "within": within,
+        "low": low,
+        "high": high,
+        "confidence": CONFIDENCE,
+    }
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("spanbudget.collector.loadtest", "templates"),
+        autoescape=select_autoescape(["html"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["ms"] = fmt_ms
+    env.filters["pct"] = lambda v: "–" if v is None else f"{v:.1%}"
+    env.globals["enough_for"] = enough_for
+    env.globals["band"] = band_class
+    env.globals["few_note"] = few_note()
+    return env
+
+
+def _stylesheet() -> Markup:
+    text = resources.files("spanbudget.collector.charts").joinpath("charts.css")
+    return Markup(text.read_text(encoding="utf-8"))
 
 
 def render_html(report: Report, results: Sequence[RequestResult]) -> str:
-    charts = [
-        ("stages", _stacked_bars(report)),
-        ("ttft", _ttft_histogram(report, results)),
-        ("over-time", _p95_over_time(report)),
-    ]
-    images = "\n".join(
-        f'<img id="chart-{name}" alt="{name} chart" src="data:image/png;base64,{_png(fig)}">'
-        for name, fig in charts
-    )
-    stage_rows = [
-        [
-            s.name,
-            f"{s.target_ms:g}",
-            f"{s.limit_ms:g}",
-            *(
-                _ms(v)
-                for v in (
-                    s.summary.p50_ms,
-                    s.summary.p90_ms,
-                    s.summary.p95_ms,
-                    s.summary.p99_ms,
-                    s.summary.max_ms,
-                )
-            ),
-            _share(s.summary.over_limit_share),
-        ]
+    """The page, from the report and the records it was computed from."""
+    rows = [
+        BandRow(s.name, s.target_ms, s.limit_ms, s.summary.p50_ms, s.summary.p95_ms,
+                s.summary.p99_ms)
         for s in report.stages
+    ]  # fmt: skip
+    ttft = report.ttft
+    rows.append(
+        BandRow("TTFT", report.total_target_ms, report.total_limit_ms, ttft.p50_ms,
+                ttft.p95_ms, ttft.p99_ms)
+    )  # fmt: skip
+    distributions = [
+        (s, _distribution(_stage_values(results, s.name), s.target_ms, s.limit_ms,
+                          width=310, height=130))
+        for s in report.stages
+    ]  # fmt: skip
+    trace_ttfts = [
+        r.verdict.ttft_ms
+        for r in results
+        if r.verdict is not None and r.verdict.timed and r.verdict.ttft_ms is not None
     ]
-    slowest = [
-        [i.trace_id, f"{i.ttft_ms:.1f}", i.status, ", ".join(i.blame)] for i in report.slowest
-    ]
+    client_ttfts = [r.request.ttft_ms for r in results if r.request.ttft_ms is not None]
     info = report.info
-    met = report.slo_met
-    title = f"spanbudget run {info.run_id}"
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 60em; }}
-table {{ border-collapse: collapse; margin: 1em 0; }}
-td, th {{ border-bottom: 1px solid #ddd; padding: 0.2em 0.7em; text-align: right; }}
-td:first-child, th:first-child {{ text-align: left; }}
-img {{ display: block; margin: 1em 0; max-width: 100%; }}
-.met {{ color: #080; }} .breached {{ color: #c00; }}
-</style></head><body>
-<h1>{html.escape(title)}</h1>
-<p>{report.requests} requests to {html.escape(info.target)} (model
-{html.escape(info.model)}), started {html.escape(info.started_at)}, budget
-<b>{html.escape(report.budget_name)}</b>.</p>
-<p class="{"met" if met else "breached"}">SLO {"met" if met else "breached"}:
-{report.within_limits:.1%} of requests within every limit (objective {report.slo_objective:.0%}).
-Goodput {report.goodput_rps:.2f} req/s; errors {report.errors}
-({report.error_rate:.1%}).</p>
-{_table(["stage", "target", "limit", "p50", "p90", "p95", "p99", "max", "> limit"], stage_rows)}
-{images}
-<h2>Slowest traces</h2>
-{_table(["trace", "TTFT ms", "status", "blame"], slowest)}
-</body></html>
-"""
+    return _environment().get_template("report.html").render(
+        report=report,
+        info=info,
+        stylesheet=_stylesheet(),
+        slo=_slo(report),
+        bands_svg=stage_bands(rows, width=960),
+        distributions=distributions,
+        trace_ttft_svg=_distribution(trace_ttfts, report.total_target_ms, report.total_limit_ms,
+                                     width=470, height=170),
+        client_ttft_svg=_distribution(client_ttfts, report.total_target_ms,
+                                      report.total_limit_ms, width=470, height=170),
+        over_time_svg=_over_time(report),
+        phases=phase_figures(results),
+        quantiles=[f"p{q:g}" for q in PERCENTILES],
+        run_url=ui_run_url(info.ui_url, info.run_id),
+        traces_url=ui_traces_url(info.ui_url, info.run_id),
+    )  # fmt: skip

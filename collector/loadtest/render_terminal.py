@@ -77,3 +77,5 @@ def render_terminal(report: Report, console: Console) -> None:
                 f"  {item.trace_id}  {item.ttft_ms:.1f} ms  {item.status}  blame: {blame}  {links}",
                 highlight=False,
             )
+            if item.context:
+                console.print(f"    {item.context}", highlight=False, style="dim")

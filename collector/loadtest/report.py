@@ -79,6 +79,7 @@ def build_report(results: Sequence[RequestResult], budget: Budget, info: RunInfo
                 blame=v.blame,
                 ui_url=ui_trace_url(info.ui_url, r.request.trace_id),
                 jaeger_url=jaeger_trace_url(info.jaeger_ui, r.request.trace_id),
+                context=v.context,
             )
             for r, v in slowest
         ),

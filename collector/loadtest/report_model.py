@@ -98,6 +98,7 @@ class SlowTrace:
     blame: tuple[str, ...]
     ui_url: str
     jaeger_url: str
+    context: str = ""  # the prompt and the engine's state around arrival, when known
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "blame": list(self.blame)}
@@ -111,6 +112,7 @@ class SlowTrace:
             tuple(data["blame"]),
             str(data["ui_url"]),
             str(data["jaeger_url"]),
+            str(data.get("context", "")),  # absent from reports written before it
         )
 
 

@@ -51,6 +51,9 @@ def make_results(budget: Budget, count: int = 60) -> list[RequestResult]:
             total_ms=900.0,
             total_sched_ms=901.0,
             output_tokens=32,
+            prompt_tokens=300 + i,
+            model="m",
+            sent_at=f"2026-12-02T12:00:{i * 0.25:09.6f}+00:00",
             trace_id=trace_id,
         )
         records.append(record)

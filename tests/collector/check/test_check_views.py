@@ -183,3 +183,16 @@ def test_a_few_traces_leave_the_slo_undecided(tmp_path: Path) -> None:
     text = " ".join(out.stdout.split())
     assert "SLO: not decided — 16 of 17 traces within every limit, 94.1%" in text
     assert "too few traces to tell it from the objective" in text
+
+
+def test_the_worst_overruns_say_what_the_request_asked(tmp_path: Path) -> None:
+    """Under the rows, each of the worst overruns: its blamed stage's excess and the prompt's
+    tokens from the engine's span; the JSON verdicts carry them too."""
+    path = _write(tmp_path / "t.jsonl", [("c" * 32, {"prefill": 60.0}), ("d" * 32, {})])
+    result = runner.invoke(app, ["check", str(path), "--budget", BUDGET])
+    assert result.exit_code == 1
+    reasons = result.stdout.split("the worst overruns' context")[1].splitlines()[1:2]
+    prefill = next(s for s in _json(path)[0]["stages"] if s["name"] == "prefill")
+    excess = prefill["ms"] - prefill["limit_ms"]
+    assert reasons == [f"  {'c' * 32}  prefill +{excess:.1f} ms: 512-token prompt"]
+    assert {v["attributes"]["gen_ai.usage.input_tokens"] for v in _json(path)} == {512}
