@@ -33,13 +33,11 @@ from spanbudget.collector.links import ui_run_url, ui_traces_url
 from spanbudget.collector.loadtest.records import RequestResult
 from spanbudget.collector.loadtest.report_model import Report
 from spanbudget.collector.stats import (
-    CONFIDENCE,
     PERCENTILES,
     StageSummary,
-    decide_slo,
     enough_for,
+    judge_slo,
     percentile,
-    wilson_interval,
 )
 from spanbudget.collector.stats.table import few_note
 
@@ -150,18 +148,6 @@ def _over_time(report: Report) -> Markup | None:
     return p95_panels(starts, starts[-1] + window, series, width=960)
 
 
-def _slo(report: Report) -> dict[str, object]:
-    within = round(report.within_limits * report.requests)
-    low, high = wilson_interval(within, report.requests)
-    return {
-        "decision": decide_slo(within, report.requests, report.slo_objective).value,
-        "within": within,
-        "low": low,
-        "high": high,
-        "confidence": CONFIDENCE,
-    }
-
-
 def _environment() -> Environment:
     env = Environment(
         loader=PackageLoader("spanbudget.collector.loadtest", "templates"),
@@ -211,7 +197,8 @@ def render_html(report: Report, results: Sequence[RequestResult]) -> str:
         report=report,
         info=info,
         stylesheet=_stylesheet(),
-        slo=_slo(report),
+        slo=judge_slo(round(report.within_limits * report.requests), report.requests,
+                      report.slo_objective),
         bands_svg=stage_bands(rows, width=960),
         distributions=distributions,
         trace_ttft_svg=_distribution(trace_ttfts, report.total_target_ms, report.total_limit_ms,

@@ -9,12 +9,15 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 __all__ = [
     "CONFIDENCE",
     "SloDecision",
+    "SloJudgement",
     "decide_slo",
     "enough_for",
+    "judge_slo",
     "min_count",
     "quantile_interval",
     "wilson_interval",
@@ -114,3 +117,25 @@ def decide_slo(
     if n and high < objective:
         return SloDecision.BREACHED
     return SloDecision.NOT_DECIDED
+
+
+@dataclass(frozen=True, slots=True)
+class SloJudgement:
+    """The share within every limit, its Wilson interval and what it decides, for pages."""
+
+    within: int
+    n: int
+    objective: float
+    low: float
+    high: float
+    decision: SloDecision
+    confidence: float = CONFIDENCE
+
+    @property
+    def share(self) -> float | None:
+        return self.within / self.n if self.n else None
+
+
+def judge_slo(within: int, n: int, objective: float) -> SloJudgement:
+    low, high = wilson_interval(within, n)
+    return SloJudgement(within, n, objective, low, high, decide_slo(within, n, objective))

@@ -43,6 +43,7 @@ from spanbudget.collector.live.ui.waterfall import build_waterfall, render_water
 from spanbudget.collector.live.verdict_columns import VerdictColumns
 from spanbudget.collector.loadtest.report_model import Report
 from spanbudget.collector.semconv import LOADTEST_RUN_ID
+from spanbudget.collector.stats import judge_slo
 
 __all__ = ["RANGES", "ui_router"]
 
@@ -70,6 +71,7 @@ def _environment() -> Environment:
     )
     env.filters["when"] = lambda text: text.replace("T", " ")[:19] if text else ""
     env.globals["band"] = band_class
+    env.globals["judge_slo"] = judge_slo
     return env
 
 
