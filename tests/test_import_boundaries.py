@@ -70,7 +70,7 @@ COLLECTOR_LAYERS = (
     {"errors", "spans", "semconv", "durations", "links"},
     {"budget", "readers"},
     {"judging"},
-    {"stats", "charts"},
+    {"stats", "charts", "context"},
     {"check", "suggest", "alerts", "loadtest"},
     {"live"},
     {"cli"},
