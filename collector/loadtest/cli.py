@@ -20,11 +20,28 @@ def _fail(message: str) -> typer.Exit:
 
 def loadtest(
     target: Annotated[str, typer.Option(help="The gateway's base URL.")],
-    rate: Annotated[float, typer.Option(help="Requests per second (open loop).")] = 2.0,
-    duration: Annotated[
-        str | None, typer.Option(help="How long to send, e.g. 30s (default without --requests).")
+    rate: Annotated[
+        float | None, typer.Option(help="Requests per second (open loop; default 2).")
     ] = None,
-    requests: Annotated[int | None, typer.Option(help="Send exactly this many.")] = None,
+    duration: Annotated[
+        str | None,
+        typer.Option(
+            help="How long to send, e.g. 30s (default without --requests); with --sweep, "
+            "each step, lengthened to the 72 requests that bound a p95 (up to 120 s)."
+        ),
+    ] = None,
+    requests: Annotated[
+        int | None, typer.Option(help="Send exactly this many (with --sweep: each step).")
+    ] = None,
+    sweep: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FROM:TO:STEP",
+            help="Step the rate (req/s), one run a step (RUN_ID-r8 in OUT/r8); report per "
+            "stage the highest rate whose p95 stays within its limit, and which stage "
+            "breaks first. Writes sweep.json and sweep.html into --out.",
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for the report files.")] = None,
     collector: Annotated[
         str | None,
@@ -62,10 +79,14 @@ def loadtest(
     Every request is a traced root span; its verdict is joined from the collector.
     Writes report.json, requests.csv and report.html into --out (default runs/RUN_ID).
     Exit 0 within the budget's objective, 1 breached, 2 the run itself failed.
+    With --sweep, a run per rate, then the knee per stage: exit 0 when every step held
+    the objective, 1 when one breached it, 2 when a step failed.
 
     Example:
 
         spanbudget loadtest --target http://127.0.0.1:8080 --rate 4 --duration 30s --out runs/a
+
+        spanbudget loadtest --target http://127.0.0.1:8080 --sweep 2:14:3 --out runs/knee
     """
     from spanbudget.collector.budget.loader import BudgetError, load_budget
     from spanbudget.collector.budget.source import find_budget
@@ -78,6 +99,8 @@ def loadtest(
         new_run_id,
     )
     from spanbudget.collector.loadtest.schedule import Phase
+    from spanbudget.collector.loadtest.sweep import parse_sweep
+    from spanbudget.collector.loadtest.sweep_run import SweepRun
     from spanbudget.collector.loadtest.telemetry import DEFAULT_COLLECTOR, loadtest_tracer_provider
 
     source = find_budget(budget)
@@ -86,12 +109,15 @@ def loadtest(
         table = load_budget(source.path).budget
     except BudgetError as exc:
         raise _fail(str(exc)) from None
-    run_id = run_id or new_run_id()
+    run_id = run_id or new_run_id("sweep" if sweep else "run")
     if duration is not None and requests is not None:
         raise _fail("give --duration or --requests, not both")
+    if sweep is not None and rate is not None:
+        raise _fail("give --rate or --sweep, not both")
     try:
+        rates = parse_sweep(sweep) if sweep is not None else [rate or 2.0]
         seconds = parse_duration(duration) if duration else (None if requests else 30.0)
-        phase = Phase("main", rate, duration_s=seconds, requests=requests)
+        phase = Phase("main", rates[0], duration_s=seconds, requests=requests)
         test = LoadTest(
             target=target,
             collector=collector or DEFAULT_COLLECTOR,
@@ -115,7 +141,10 @@ def loadtest(
     provider = loadtest_tracer_provider(collector)
     console = make_console()
     try:
-        _, code = test.run(provider, console)
+        if sweep is not None:
+            _, code = SweepRun(test, rates, seconds, requests).run(provider, console)
+        else:
+            _, code = test.run(provider, console)
     except RunFailed as exc:
         print_error(str(exc), label="run failed")
         code = EXIT_FAILED
