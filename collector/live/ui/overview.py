@@ -14,11 +14,12 @@ from typing import Any
 from markupsafe import Markup
 
 from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.live.ui.charts import (
+from spanbudget.collector.charts import (
     BandRow,
+    histogram,
     p95_panels,
+    round_edges,
     stage_bands,
-    ttft_histogram,
 )
 from spanbudget.collector.live.verdict_columns import ColumnSelection
 from spanbudget.collector.stats import min_count
@@ -120,11 +121,7 @@ def excesses(verdict: Mapping[str, Any]) -> list[tuple[str, float, str]]:
 def ttft_edges(total_target_ms: float, total_limit_ms: float, p99_ms: float | None) -> list[float]:
     """Bins from 0 to past the limit (or the p99, if higher), at a round width."""
     top = max(total_limit_ms * 1.4, (p99_ms or 0.0) * 1.1, total_target_ms, 1.0)
-    raw = top / HISTOGRAM_BINS
-    magnitude = 10 ** math.floor(math.log10(raw))
-    width = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    count = math.ceil(top / width)
-    return [i * width for i in range(count + 1)]
+    return round_edges(top, HISTOGRAM_BINS)
 
 
 def build_overview(
@@ -188,7 +185,7 @@ def build_overview(
         stages=stages,
         ttft=ttft,
         bands_svg=bands,
-        histogram_svg=ttft_histogram(
+        histogram_svg=histogram(
             edges,
             selection.histogram(edges),
             target_ms=budget.total_target_ms,

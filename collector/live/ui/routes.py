@@ -21,12 +21,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.durations import parse_since
-from spanbudget.collector.judging.evaluate import Evaluator
-from spanbudget.collector.judging.verdict import Status
-from spanbudget.collector.links import jaeger_trace_url
-from spanbudget.collector.live.pipeline import Pipeline
-from spanbudget.collector.live.ui.charts import (
+from spanbudget.collector.charts import (
     BandRow,
     BudgetRow,
     StackPart,
@@ -36,10 +31,16 @@ from spanbudget.collector.live.ui.charts import (
     stage_bands,
     stage_stack,
 )
+from spanbudget.collector.context import why
+from spanbudget.collector.durations import parse_since
+from spanbudget.collector.judging.evaluate import Evaluator
+from spanbudget.collector.judging.verdict import Status
+from spanbudget.collector.links import jaeger_trace_url
+from spanbudget.collector.live.pipeline import Pipeline
 from spanbudget.collector.live.ui.overview import build_overview
 from spanbudget.collector.live.ui.run_report import run_report, run_verdicts
 from spanbudget.collector.live.ui.trace_spans import SpanSource, TraceSpans
-from spanbudget.collector.live.ui.waterfall import build_waterfall, render_waterfall
+from spanbudget.collector.live.ui.waterfall import build_waterfall, render_waterfall, window_of
 from spanbudget.collector.live.verdict_columns import VerdictColumns
 from spanbudget.collector.loadtest.report_model import Report
 from spanbudget.collector.semconv import LOADTEST_RUN_ID
@@ -54,7 +55,13 @@ DEFAULT_RANGE = "1h"
 PAGE_SIZE = 50
 REFRESH_SECONDS = 5
 RUN_REPORTS_KEPT = 16  # a run's report is computed once per change of its verdicts
-_STATIC = {"ui.css": "text/css", "ui.js": "text/javascript"}
+# Each file the pages load: where it lives (package, path) and its media type. The charts'
+# stylesheet is the one report.html inlines.
+_STATIC = {
+    "charts.css": ("spanbudget.collector.charts", "charts.css", "text/css"),
+    "ui.css": ("spanbudget.collector.live.ui", "static/ui.css", "text/css"),
+    "ui.js": ("spanbudget.collector.live.ui", "static/ui.js", "text/javascript"),
+}
 
 
 def _environment() -> Environment:
@@ -72,6 +79,7 @@ def _environment() -> Environment:
     env.filters["when"] = lambda text: text.replace("T", " ")[:19] if text else ""
     env.globals["band"] = band_class
     env.globals["judge_slo"] = judge_slo
+    env.globals["why"] = why
     return env
 
 
@@ -211,7 +219,7 @@ def ui_router(
         )
 
     @router.get("/traces/{trace_id}", response_class=HTMLResponse)
-    def trace_page(request: Request, trace_id: str) -> HTMLResponse:
+    def trace_page(request: Request, trace_id: str, view: str = "") -> HTMLResponse:
         if not _TRACE_ID.match(trace_id):
             raise HTTPException(400, "trace_id must be 32 hex digits")
         trace_id = trace_id.lower()
@@ -253,7 +261,11 @@ def ui_router(
             "trace.html",
             request,
             verdict=verdict,
-            waterfall_svg=render_waterfall(waterfall) if waterfall is not None else None,
+            waterfall_svg=(
+                render_waterfall(waterfall, window=window_of(waterfall, view))
+                if waterfall is not None
+                else None
+            ),
             rows=rows,
             spans_source=got.source if isinstance(got, TraceSpans) else "",
             spans_note=spans_note,
@@ -322,10 +334,11 @@ def ui_router(
     def static(name: str) -> Response:
         if name not in _STATIC:
             raise HTTPException(404, "no such file")
-        text = resources.files("spanbudget.collector.live.ui").joinpath("static", name)
+        package, path, media_type = _STATIC[name]
+        text = resources.files(package).joinpath(path)
         return Response(
             text.read_text(encoding="utf-8"),
-            media_type=_STATIC[name],
+            media_type=media_type,
             headers={"Cache-Control": "max-age=300"},
         )
 

@@ -74,6 +74,8 @@ def test_verdicts_carry_the_engine_state_at_arrival(
         assert attributes["engine.num_requests_running"] == 8
         assert attributes["engine.kv_cache_usage"] == 0.91
         assert 0 <= attributes["engine.scrape_age_ms"] <= 300
+        page = collector.client.get(f"/traces/{'a' * 32}").text
+        assert "<b>512-token prompt; 14 waiting, 8 running, KV cache 91%</b>" in page
 
         engine.failing = True
         with caplog.at_level(logging.WARNING, "spanbudget.collector.live.engine_metrics"):

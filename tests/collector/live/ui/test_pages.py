@@ -245,35 +245,38 @@ def test_the_list_works_from_the_keyboard(page: Browser, stack: UiStack, traces:
 # -- trace page -------------------------------------------------------------------------------
 
 GEOMETRY = """(() => {
-  const svg = document.querySelector('svg.waterfall');
-  const num = (e, a) => Number(e.getAttribute(a));
-  const ft = document.getElementById('first-token');
-  const grey = svg.querySelector('rect.after-ft');
+  const wf = document.getElementById('waterfall');
+  const at = (e, p) => e ? Number(e.style[p].replace('%', '')) : null;
   return {
-    x0: Number(svg.dataset.x0), k: Number(svg.dataset.pxPerMs),
-    ftx: ft ? num(ft, 'x1') : null, greyx: grey ? num(grey, 'x') : null,
-    cp: [...svg.querySelectorAll('rect.cp')].map(r => ({x: num(r, 'x'), w: num(r, 'width'),
-         stage: r.closest('g').dataset.stage})),
-    rows: [...svg.querySelectorAll('g.span-row text.label')].map(t => t.textContent),
-    skews: [...svg.querySelectorAll('text.skew')].map(t => Number(t.dataset.shiftMs)),
+    lo: Number(wf.dataset.loMs), hi: Number(wf.dataset.hiMs), view: wf.dataset.view,
+    ftx: at(document.getElementById('first-token'), 'left'),
+    greyx: at(wf.querySelector('.after-ft'), 'left'),
+    cp: [...wf.querySelectorAll('.cp')].map(r => ({x: at(r, 'left'), w: at(r, 'width'),
+         stage: r.closest('details').dataset.stage})),
+    rows: [...wf.querySelectorAll('.span-row .wf-name')].map(t => t.textContent),
+    skews: [...wf.querySelectorAll('.skew')].map(t => Number(t.dataset.shiftMs)),
   };
 })()"""
 
 
 def check_waterfall(browser: Browser, verdict: dict[str, Any]) -> dict[str, Any]:
-    """The first-token line and the critical path are drawn where the verdict puts them."""
+    """The first-token line and the critical path are drawn where the verdict puts them:
+    in percent of the window shown, x = (ms − lo) × 100 / (hi − lo)."""
     g = browser.eval(GEOMETRY)
-    x0, k = g["x0"], g["k"]
+    lo, k = g["lo"], 100 / (g["hi"] - g["lo"])
     ttft = verdict["ttft_ms"]
-    # x = x0 + ms * px-per-ms; SVG coordinates carry two decimals.
-    assert g["ftx"] == pytest.approx(x0 + ttft * k, abs=0.011 + 0.005 * k)
-    assert g["greyx"] == pytest.approx(g["ftx"], abs=0.011)  # greyed from the first token on
+    assert g["view"] == "ttft"  # the default: the TTFT window fills the width
+    assert lo == 0
+    assert 0.9 * 100 <= ttft * k <= 100
+    # Percentages carry three decimals; the verdict's ms two.
+    assert g["ftx"] == pytest.approx((ttft - lo) * k, abs=0.002 + 0.006 * k)
+    assert g["greyx"] == pytest.approx(g["ftx"], abs=0.002)  # greyed from the first token on
     segments = sorted(g["cp"], key=lambda s: s["x"])
-    assert segments[0]["x"] == pytest.approx(x0, abs=0.011)  # the path starts at t0 ...
+    assert segments[0]["x"] == pytest.approx(0, abs=0.002)  # the path starts at t0 ...
     for a, b in itertools.pairwise(segments):  # ... runs without gaps ...
-        assert b["x"] == pytest.approx(a["x"] + a["w"], abs=0.03)
+        assert b["x"] == pytest.approx(a["x"] + a["w"], abs=0.004)
     last = segments[-1]
-    assert last["x"] + last["w"] == pytest.approx(g["ftx"], abs=0.03)  # ... to the first token
+    assert last["x"] + last["w"] == pytest.approx(g["ftx"], abs=0.004)  # ... to the first token
     for stage in verdict["stages"]:
         drawn = sum(s["w"] for s in segments if s["stage"] == stage["name"]) / k
         assert drawn == pytest.approx(stage["ms"] or 0.0, abs=0.05), stage["name"]
@@ -303,6 +306,16 @@ def test_trace_page_of_a_real_trace(
     shown = page.eval("JSON.parse(document.getElementById('verdict-json').textContent)")
     assert shown["stages"] == verdict["stages"]
     assert shown["ttft_ms"] == verdict["ttft_ms"]
+    # ... folded away: inside a closed <details>, taking no room on the page.
+    folded = page.eval(
+        "(() => { const pre = document.getElementById('verdict-json');"
+        " const box = pre.closest('details');"
+        " return {open: box ? box.open : null, shown: pre.checkVisibility(),"
+        " h: box.getBoundingClientRect().height}; })()"
+    )
+    assert folded["open"] is False
+    assert folded["shown"] is False
+    assert folded["h"] < 40  # the one line of its summary
     # The budget bar: each stage's actual time drawn at its verdict's ms.
     actual = page.eval(
         "Object.fromEntries([...document.querySelectorAll('svg.budget g.stage-row')].map(g =>"
@@ -326,6 +339,210 @@ def test_trace_page_marks_the_clock_skew_shift(
     shot = shoot(page, tmp_path, "trace-dark")
     assert page.eval("getComputedStyle(document.body).backgroundColor") == "rgb(15, 18, 22)"
     assert has_colour(shot, (0x0F, 0x12, 0x16), tolerance=2)
+
+
+BARS = """(() => {
+  const wf = document.getElementById('waterfall');
+  const track = wf.querySelector('.wf-rows .wf-track').getBoundingClientRect();
+  const bars = {};
+  for (const row of wf.querySelectorAll('details.span-row')) {
+    const name = row.querySelector('.wf-name').textContent;
+    const bar = row.querySelector('.bar');
+    if (!(name in bars) && bar) bars[name] = {px: bar.getBoundingClientRect().width,
+        ms: Number(row.dataset.endMs) - Number(row.dataset.startMs)};
+  }
+  const ft = document.querySelector('.wf-rows .ft');
+  return {track: track.width, trackLeft: track.left, vw: window.innerWidth,
+          lo: Number(wf.dataset.loMs), hi: Number(wf.dataset.hiMs), view: wf.dataset.view,
+          ftx: ft ? ft.getBoundingClientRect().left - track.left : null, bars,
+          scroll: document.scrollingElement.scrollWidth,
+          font: Math.min(...[...document.querySelectorAll('.wf .wf-name, .wf-axis .tick')]
+            .filter(e => e.offsetParent).map(e => parseFloat(getComputedStyle(e).fontSize)))};
+})()"""
+SMALL = ("gateway.validate", "auth.verify", "prompt.render")
+
+
+@pytest.fixture
+def narrow(page: Browser) -> Iterator[Browser]:
+    """The page at a phone's width, 420 px; the usual 1,280 px again afterwards."""
+    page.call("viewport", width=420, height=900)
+    try:
+        yield page
+    finally:
+        page.call("viewport", width=1280, height=900)
+
+
+def measure(browser: Browser, width: int, url: str) -> dict[str, Any]:
+    browser.call("viewport", width=width, height=900)
+    assert browser.goto(url) == 200
+    g: dict[str, Any] = browser.eval(BARS)
+    scale = g["track"] / (g["hi"] - g["lo"])  # px per ms
+    for name in SMALL:  # drawn to the window's scale (2 px at the least)
+        bar = g["bars"][name]
+        assert bar["px"] == pytest.approx(max(2.0, bar["ms"] * scale), abs=0.6), name
+    return g
+
+
+def test_the_ttft_window_fills_the_width_on_a_desktop_and_a_phone(
+    page: Browser, stack: UiStack, traces: Traces, tmp_path: Path
+) -> None:
+    slowest = stack.report["slowest"][0]["trace_id"]
+    verdict = stack.api(f"/api/verdicts/{slowest}")
+    url = f"{stack.collector}/traces/{slowest}"
+    try:
+        wide = measure(page, 1400, url)
+        shoot(page, tmp_path, "trace-1400")
+        phone = measure(page, 420, url)
+        shoot(page, tmp_path, "trace-420")
+        whole = measure(page, 1400, url + "?view=whole")
+    finally:
+        page.call("viewport", width=1280, height=900)
+    ttft = verdict["ttft_ms"]
+    for g in (wide, phone):
+        assert g["view"] == "ttft"
+        # The first token sits at the right of the timeline, not in its first sixth.
+        assert 0.9 * g["track"] <= g["ftx"] <= g["track"]
+        assert g["ftx"] == pytest.approx(ttft / g["hi"] * g["track"], abs=1.5)
+    assert wide["track"] >= 0.6 * wide["vw"]  # the timeline keeps most of the width ...
+    assert phone["track"] >= 0.85 * phone["vw"]  # ... on a phone too: labels go above it
+    assert phone["scroll"] <= phone["vw"]  # nothing runs off the side of the page
+    assert phone["font"] >= 11  # text readable
+    assert wide["font"] >= 11
+    # Against the whole trace, the TTFT window's spans are as many times wider as the
+    # trace is longer than its TTFT.
+    gain = (whole["hi"] / wide["hi"]) * 0.95
+    assert gain > 1.5, "a load-test trace streams on well past its first token"
+    px_per_ms = {n: g["track"] / (g["hi"] - g["lo"]) for n, g in (("ttft", wide), ("whole", whole))}
+    assert px_per_ms["ttft"] >= gain * px_per_ms["whole"]
+
+
+def test_the_whole_trace_and_a_zoom_are_links_that_work_without_a_script(
+    page: Browser, stack: UiStack, traces: Traces
+) -> None:
+    slowest = stack.report["slowest"][0]["trace_id"]
+    verdict = stack.api(f"/api/verdicts/{slowest}")
+    # Rendered on the server: the view is in the HTML itself.
+    html = stack.client.get(f"/traces/{slowest}", params={"view": "whole"}).text
+    assert 'data-view="whole"' in html
+    page.goto(f"{stack.collector}/traces/{slowest}")
+    page.click("#view-whole")
+    g = page.eval(BARS)
+    assert g["view"] == "whole"
+    assert page.eval("location.search") == "?view=whole"
+    assert g["hi"] > verdict["ttft_ms"]
+    assert g["ftx"] == pytest.approx(verdict["ttft_ms"] / g["hi"] * g["track"], abs=1.5)
+    page.click("#view-ttft")
+    assert page.eval("document.getElementById('waterfall').dataset.view") == "ttft"
+    # Zoom to a span from its row: it fills most of the width.
+    auth = "details.span-row:has(.wf-name:text-is('auth.verify'))"
+    page.click(f"{auth} > summary", navigates=False)
+    page.click(f"{auth} .wf-zoom-span a")
+    g = page.eval(BARS)
+    assert g["view"] == "range"
+    auth_ms = g["bars"]["auth.verify"]["ms"]
+    # A margin of 15 % each side (less where the trace's start cuts it); a span under
+    # 60 µs gets a 60 µs window.
+    assert auth_ms < g["hi"] - g["lo"] <= max(auth_ms * 1.3, 0.06) + 0.002
+    assert g["bars"]["auth.verify"]["px"] >= min(0.7, auth_ms / 0.06 * 0.9) * g["track"]
+    # Zoom out from there: twice the width, about the same middle.
+    before = g["hi"] - g["lo"]
+    page.click("#zoom-out")
+    g = page.eval(BARS)
+    assert g["hi"] - g["lo"] == pytest.approx(2 * before, rel=0.01)
+    page.click("#zoom-in")
+    assert page.eval(BARS)["hi"] - page.eval(BARS)["lo"] == pytest.approx(before, rel=0.01)
+
+
+def test_a_stage_link_zooms_to_its_first_stretch(
+    page: Browser, stack: UiStack, traces: Traces
+) -> None:
+    # A trace of a known shape: the gateway checks the request (1 ms, 2 ms), then retrieval.
+    page.goto(f"{stack.collector}/traces/{traces.skewed}")
+    page.click(".zoom-stage[data-stage='gateway']")
+    g = page.eval(BARS)
+    assert g["view"] == "range"
+    assert g["hi"] - g["lo"] < 10
+    for name in ("gateway.validate", "auth.verify"):
+        assert g["bars"][name]["px"] >= 0.1 * g["track"], name
+    # The minimap's pieces are links too: its prompt piece zooms on prompt.render.
+    page.click("#wf-minimap a[aria-label^='zoom to prompt']")
+    g = page.eval(BARS)
+    assert g["bars"]["prompt.render"]["px"] >= 0.5 * g["track"]
+
+
+def test_dragging_across_the_minimap_zooms(page: Browser, stack: UiStack, traces: Traces) -> None:
+    slowest = stack.report["slowest"][0]["trace_id"]
+    page.goto(f"{stack.collector}/traces/{slowest}")
+    total = float(page.eval("Number(document.getElementById('wf-minimap').dataset.durationMs)"))
+    page.eval(
+        """(() => {
+      const strip = document.getElementById('wf-minimap');
+      const box = strip.getBoundingClientRect();
+      const y = box.top + box.height / 2;
+      const opts = (f) => ({bubbles: true, button: 0, clientX: box.left + f * box.width,
+                            clientY: y, pointerId: 1});
+      strip.dispatchEvent(new PointerEvent('pointerdown', opts(0.1)));
+      window.dispatchEvent(new PointerEvent('pointermove', opts(0.2)));
+      window.dispatchEvent(new PointerEvent('pointerup', opts(0.3)));
+      return true;
+    })()"""
+    )
+    page.wait("document.getElementById('waterfall')?.dataset.view === 'range'")
+    g = page.eval(BARS)
+    assert g["lo"] == pytest.approx(0.1 * total, rel=0.02)
+    assert g["hi"] == pytest.approx(0.3 * total, rel=0.02)
+
+
+def test_a_click_on_a_span_shows_its_attributes(
+    page: Browser, stack: UiStack, traces: Traces
+) -> None:
+    slowest = stack.report["slowest"][0]["trace_id"]
+    page.goto(f"{stack.collector}/traces/{slowest}")
+    for name, key in (
+        ("prompt.render", "gen_ai.usage.input_tokens"),
+        ("llm_request", "gen_ai.usage.prompt_tokens"),
+    ):
+        row = f"details.span-row:has(.wf-name:text-is('{name}'))"
+        select = (
+            "[...document.querySelectorAll('details.span-row')]"
+            f".find(d => d.querySelector('.wf-name').textContent === {name!r})"
+        )
+        assert page.eval(f"{select}.open") is False
+        page.click(f"{row} > summary", navigates=False)
+        panel = page.eval(
+            f"(() => {{ const d = {select}; return {{open: d.open,"
+            " text: d.querySelector('.span-attrs').innerText,"
+            " h: d.querySelector('.span-attrs').getBoundingClientRect().height}; })()"
+        )
+        assert panel["open"] is True
+        assert panel["h"] > 0
+        assert re.search(rf"{re.escape(key)}\s+\d+", panel["text"]), panel["text"]
+
+
+def test_a_phone_gets_a_page_that_fits(narrow: Browser, stack: UiStack, traces: Traces) -> None:
+    narrow.goto(f"{stack.collector}/traces/{traces.skewed}")
+    fit = narrow.eval(
+        """(() => {
+      const wide = (e) => e.scrollWidth > e.clientWidth + 1;
+      const budget = document.querySelector('svg.budget');
+      return {scroll: document.scrollingElement.scrollWidth, vw: window.innerWidth,
+        tables: [...document.querySelectorAll('.trace-page table')].map(t => {
+          const box = t.parentElement;
+          return {scrolls: getComputedStyle(box).overflowX,
+                  inside: box.getBoundingClientRect().right <= window.innerWidth + 0.5,
+                  wide: wide(box)}; }),
+        budgetScale: budget.getBoundingClientRect().width / budget.viewBox.baseVal.width};
+    })()"""
+    )
+    assert fit["scroll"] <= fit["vw"]
+    assert fit["tables"]
+    for table in fit["tables"]:  # each table scrolls inside its own box, if at all
+        assert table["scrolls"] == "auto"
+        assert table["inside"]
+    assert fit["budgetScale"] >= 0.8  # its 11 px text drawn at 9 px or more
+    skews = narrow.eval("[...document.querySelectorAll('.wf .skew')].map(e => e.offsetWidth)")
+    assert len(skews) == 1
+    assert skews[0] > 0
 
 
 # -- load-test run ----------------------------------------------------------------------------

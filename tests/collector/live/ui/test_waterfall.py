@@ -1,5 +1,5 @@
 """The waterfall drawn from a trace's spans: the critical-path segments are exactly the
-evaluator's exclusive times, and the SVG puts them, and the first token, on one scale."""
+evaluator's exclusive times, and the page puts them, and the first token, on one scale."""
 
 from __future__ import annotations
 
@@ -63,15 +63,18 @@ def test_skew_shift_phases_and_first_token_of_a_reference_trace() -> None:
     ]
     assert view.first_token_ms == view.verdict.ttft_ms == 152.0
     assert rows["vllm.decode"].end_ms > view.first_token_ms  # the rest of the stream
-    svg = str(render_waterfall(view))
-    x0 = float(re.search(r'data-x0="([\d.]+)"', svg)[1])  # type: ignore[index]
-    scale = float(re.search(r'data-px-per-ms="([\d.e-]+)"', svg)[1])  # type: ignore[index]
-    line = float(re.search(r'<line id="first-token" class="first-token" x1="([\d.]+)"', svg)[1])  # type: ignore[index]
-    assert abs(line - (x0 + 152.0 * scale)) < 0.006
-    assert svg.count('class="skew"') == 1
-    assert 'class="after-ft"' in svg
-    grey = float(re.search(r'<rect class="after-ft" x="([\d.]+)"', svg)[1])  # type: ignore[index]
-    assert grey == line
+    html = str(render_waterfall(view))
+    lo = float(re.search(r'data-lo-ms="([\d.]+)"', html)[1])  # type: ignore[index]
+    hi = float(re.search(r'data-hi-ms="([\d.]+)"', html)[1])  # type: ignore[index]
+    assert lo == 0.0
+    assert hi > 152.0  # the TTFT window, and a little past it to show the line
+    at = re.search(r'id="first-token" class="first-token[^"]*" style="left:([\d.]+)%"', html)
+    assert at is not None
+    assert abs(float(at[1]) - 152.0 / hi * 100) < 0.001
+    assert html.count('class="skew"') == 1
+    grey = re.search(r'class="after-ft" style="left:([\d.]+)%', html)
+    assert grey is not None
+    assert grey[1] == at[1]  # greyed from the first-token line on
 
 
 def test_a_trace_the_budget_does_not_judge_has_no_waterfall() -> None:

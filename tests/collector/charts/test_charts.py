@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 
-from spanbudget.collector.live.ui.charts import (
+from spanbudget.collector.charts import (
     BandRow,
     BudgetRow,
     StackPart,
     budget_bars,
+    histogram,
     stage_bands,
     stage_stack,
-    ttft_histogram,
 )
 
 
@@ -35,7 +35,7 @@ def test_bands_put_each_percentile_on_its_row_scale() -> None:
 
 
 def test_histogram_counts_and_marks() -> None:
-    svg = str(ttft_histogram([0, 100, 200, 300], [3, 5, 1], target_ms=170, limit_ms=250))
+    svg = str(histogram([0, 100, 200, 300], [3, 5, 1], target_ms=170, limit_ms=250))
     assert floats(r'data-count="(\d+)"', svg) == [3, 5, 1]
     assert re.findall(r'class="bar (\w+)"', svg) == ["ok", "warn", "over"]
     assert floats(r'class="mark limit" x1="([\d.]+)"', svg) == [round(40 + 250 / 300 * 592, 2)]
