@@ -29,6 +29,7 @@ from spanbudget.collector.charts import (
     round_edges,
     stage_bands,
 )
+from spanbudget.collector.judging.verdict import Status
 from spanbudget.collector.links import ui_run_url, ui_traces_url
 from spanbudget.collector.loadtest.records import RequestResult
 from spanbudget.collector.loadtest.report_model import Report
@@ -108,7 +109,7 @@ def _stage_values(results: Sequence[RequestResult], name: str) -> list[float]:
         if verdict is None or not verdict.timed:
             continue
         stage = verdict.stages.get(name)
-        if stage is not None and stage.ms is not None and stage.status.value != "absent":
+        if stage is not None and stage.ms is not None and stage.status is not Status.ABSENT:
             values.append(stage.ms)
     return values
 

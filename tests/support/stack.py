@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
+from spanbudget.processes import Child, Supervisor
 from spanbudget.stack import Jaeger, Stack, spanbudget_command
 from tests.support.servers import free_port
 
@@ -22,6 +24,20 @@ SMALL_CORPUS = {
     "slices.rst": "Slices\n======\n\nA slice a[i:j:k] selects items from i up to j in steps "
     "of k; negative steps walk backwards and omitted bounds default to the ends.\n",
 }
+
+
+@contextmanager
+def running(children: Sequence[Child], healthy_within_s: float = 180) -> Iterator[Supervisor]:
+    """The stack's processes started in order, each healthy, until the block ends."""
+    supervisor = Supervisor()
+    try:
+        for child in children:
+            supervisor.start(child)
+        for child in children:
+            supervisor.wait_healthy(child, healthy_within_s)
+        yield supervisor
+    finally:
+        supervisor.stop_all()
 
 
 def ingest_small_corpus(root: Path, env: Mapping[str, str]) -> Path:

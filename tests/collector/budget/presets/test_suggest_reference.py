@@ -26,11 +26,10 @@ from spanbudget.cli import app
 from spanbudget.collector.budget.loader import parse_budget
 from spanbudget.collector.spans import Span, group_by_trace
 from spanbudget.collector.suggest.budget import ceil_ms
-from spanbudget.processes import Supervisor
 from spanbudget.stack import spanbudget_command
 from tests.collector.budget.presets.conftest import Receiver
 from tests.support.servers import ServerThread, wait_until
-from tests.support.stack import local_stack
+from tests.support.stack import local_stack, running
 
 pytestmark = pytest.mark.slow
 
@@ -70,13 +69,7 @@ def reference_run(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRun:
         spec = local_stack(data, root, ENV, ("--forward-otlp", forward_to.url))
         collector = spec.collector_url
         budget = str(spec.budget)
-        children = spec.children()
-        supervisor = Supervisor()
-        try:
-            for child in children:
-                supervisor.start(child)
-            for child in children:
-                supervisor.wait_healthy(child, 180)
+        with running(spec.children()):
             out = root / "run"
             result = subprocess.run(
                 spanbudget_command("loadtest", "--target", spec.gateway_url,
@@ -94,8 +87,6 @@ def reference_run(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRun:
                 return sum(any(s.name == "llm_request" for s in t) for t in traces)
 
             wait_until(lambda: judged_traces() >= REQUESTS, "the forwarded traces", 60)
-        finally:
-            supervisor.stop_all()
     traces = root / "forwarded.otlp"
     with traces.open("wb") as file:  # the file exporter's `format: proto` framing
         for body in receiver.bodies:
