@@ -19,12 +19,11 @@ import pytest
 from opentelemetry import propagate, trace
 
 from spanbudget.collector.loadtest.telemetry import LOADTEST_SERVICE, loadtest_tracer_provider
-from spanbudget.processes import Supervisor
 from spanbudget.semconv import GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK
 from spanbudget.stack import spanbudget_command
 from tests.support.binaries import go_binary
 from tests.support.servers import wait_until
-from tests.support.stack import ingest_small_corpus, local_stack
+from tests.support.stack import ingest_small_corpus, local_stack, running
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {
@@ -85,12 +84,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JaegerStack]:
     assert spec.jaeger is not None
     children = spec.children()
     assert children[0].name == "jaeger"
-    supervisor = Supervisor()
-    try:
-        for child in children:
-            supervisor.start(child)
-        for child in children:
-            supervisor.wait_healthy(child, 180)
+    with running(children):
         provider = loadtest_tracer_provider(spec.collector_url, env={})
         tracer = provider.get_tracer(__name__)
         with httpx.Client(timeout=60) as client:
@@ -118,8 +112,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JaegerStack]:
         yield JaegerStack(
             spec.gateway_url, spec.collector_url, spec.jaeger.query_url, trace_ids, verdicts
         )
-    finally:
-        supervisor.stop_all()
 
 
 def _jaeger_trace(client: httpx.Client, jaeger: str, trace_id: str) -> list[dict[str, Any]]:

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from spanbudget.collector.loadtest.files import read_results
-from spanbudget.processes import Supervisor
 from spanbudget.stack import spanbudget_command
+from tests.support import stack as stacks
 from tests.support.servers import free_port
 from tests.support.stack import ingest_small_corpus, local_stack
 
@@ -42,16 +42,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     data = ingest_small_corpus(root, env)
     spec = local_stack(data, root, env)
     collector = spec.collector_url
-    children = spec.children()
-    supervisor = Supervisor()
-    try:
-        for child in children:
-            supervisor.start(child)
-        for child in children:
-            supervisor.wait_healthy(child, 180)
+    with stacks.running(spec.children()):
         yield Running(spec.gateway_url, collector, data)
-    finally:
-        supervisor.stop_all()
 
 
 def test_small_load_test_joins_a_verdict_to_every_request(stack: Running, tmp_path: Path) -> None:

@@ -103,7 +103,7 @@ def running_collector(
     registry = CollectorRegistry()
     pipeline = assemble(
         settings,
-        load_budget(settings.budget_path).budget,
+        load_budget(settings.budget_path or BUDGET).budget,
         registry=registry,
         alerts=alerts,
         sinks=sinks,

@@ -85,7 +85,8 @@ def shoot(browser: Browser, tmp_path: Path, name: str) -> Path:
 
 def has_colour(path: Path, rgb: tuple[int, int, int], tolerance: int = 10) -> bool:
     colours = Image.open(path).convert("RGB").getcolors(maxcolors=1 << 20) or []
-    return any(all(abs(c[i] - rgb[i]) <= tolerance for i in range(3)) for _, c in colours)
+    pixels = [c for _, c in colours if isinstance(c, tuple)]  # RGB: tuples, never ints
+    return any(all(abs(c[i] - rgb[i]) <= tolerance for i in range(3)) for c in pixels)
 
 
 def text(browser: Browser, selector: str = "main") -> str:
