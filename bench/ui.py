@@ -7,7 +7,9 @@ reference path's shapes spread over the last two hours, across ten load-test run
 the spans of the newest 1,000 traces, then serves the collector's app with uvicorn on
 127.0.0.1 and times each page over HTTP: the first overview (which loads the in-memory
 columns), then every page warm (median and p95 of --repeat requests). For scale, the
-same run times `/api/summary`, the store's own SQL summary over the same verdicts.
+same run times `/api/summary`, the store's own SQL summary over the same verdicts, and,
+in-process, the budget share's aggregation over every verdict's columns (`/api/share` and
+the overview's "where the budget goes" compute it).
 Aim: the overview in at most 200 ms with 100,000 verdicts. The floor is `/healthz` over
 the same server and client: what any page pays for HTTP alone.
 `--quick` fills 2,000 verdicts and asks each page 3 times: it checks the bench runs.
@@ -42,7 +44,9 @@ from spanbudget.collector.live.pipeline import assemble
 from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.live.span_store import SpanStore
 from spanbudget.collector.live.store import VerdictStore
+from spanbudget.collector.live.verdict_columns import VerdictColumns
 from spanbudget.collector.spans import Span
+from spanbudget.collector.stats import min_count, slices_for
 from tests.support.servers import ServerThread
 from tests.support.traces import rag_trace
 
@@ -101,6 +105,22 @@ def _span_store(path: Path) -> SpanStore:
     return SpanStore(path, retention_seconds=7 * 86400, max_traces=SPAN_TRACES, max_bytes=10**9)
 
 
+def share_aggregation(db: Path, repeat: int) -> list[float]:
+    """ms of each stage's share of TTFT and of blame, per slice too, over every verdict."""
+    names = load_budget(REPO / "budget.yaml").budget.stage_names()
+    columns = VerdictColumns(db)
+    selection = columns.select()
+    first, last = float(selection.at.min()), float(selection.at.max())
+    cut = slices_for(first, last, len(selection), per_slice=min_count(95))
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        selection.share(names, cut)
+        times.append((time.perf_counter() - start) * 1000)
+    columns.close()
+    return times
+
+
 def timed(client: httpx.Client, path: str, repeat: int) -> list[float]:
     times = []
     for _ in range(repeat):
@@ -127,6 +147,12 @@ def main() -> None:
         console.print(
             f"filled {args.verdicts:,} verdicts in {time.perf_counter() - start:.1f} s "
             f"({db.stat().st_size / 1e6:.0f} MB); load {os.getloadavg()[0]:.2f}"
+        )
+        share_times = share_aggregation(db, args.repeat)
+        console.print(
+            f"budget share over {args.verdicts:,} verdicts' columns, 36 slices, in-process: "
+            f"median {statistics.median(share_times):.1f} ms, max {max(share_times):.1f} ms "
+            f"of {len(share_times)}"
         )
         settings = CollectorSettings(
             db_path=db,
@@ -156,6 +182,9 @@ def main() -> None:
                 ("overview, one run (10%)", f"/?since=all&run_id={runs[-1]}"),
                 ("overview body refresh, everything", "/overview/body?since=all"),
                 ("/api/summary, everything (SQL)", "/api/summary"),
+                ("/api/share, everything (columns)", "/api/share?since=all"),
+                ("/api/share, last 15 min", "/api/share?since=15m"),
+                ("/api/share, one run, no slices", f"/api/share?run_id={runs[-1]}&slices=0"),
                 ("trace list, first page", "/traces"),
                 ("trace list, overruns blaming prefill", "/traces?status=overrun&stage=prefill"),
                 ("trace list, page 20 (before=)", f"/traces?before={ids[-1000]}"),

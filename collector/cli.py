@@ -1,5 +1,5 @@
-"""Commands of the measuring side: `check`, and `budget init` and `budget suggest` under the
-`budget` group.
+"""Commands of the measuring side: `check`, `report`, and `budget init` and `budget suggest`
+under the `budget` group.
 
 Each function is a typer command registered by `spanbudget.cli`; errors become exit codes
 and messages here, at the edge.
@@ -7,16 +7,15 @@ and messages here, at the edge.
 
 from __future__ import annotations
 
-import enum
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from spanbudget.collector.check import FailOn
-from spanbudget.terminal import make_console, print_error
+from spanbudget.commands import OutputFormat, usage_error
+from spanbudget.terminal import make_console, print_error, print_notices
 
 DEFAULT_JAEGER_LIMIT = 100  # traces read from Jaeger when --limit is not given
 DEFAULT_ROWS = 20  # traces `check`'s table shows, worst first
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
     from spanbudget.collector.budget.loader import LoadedBudget
     from spanbudget.collector.check import Inputs
 
-__all__ = ["BUDGET_HELP", "OutputFormat", "budget_app", "check", "init", "suggest"]
+__all__ = ["BUDGET_HELP", "OutputFormat", "budget_app", "check", "init", "report", "suggest"]
 
 BUDGET_HELP = "The allocation table (default ./budget.yaml, else the packaged one)."
 PRESET_HELP = (
@@ -38,16 +37,6 @@ budget_app = typer.Typer(
     help="The allocation table: write the default to edit, or propose one from traces.",
     no_args_is_help=True,
 )
-
-
-class OutputFormat(enum.Enum):
-    TABLE = "table"
-    JSON = "json"
-
-
-def _fail(message: str) -> typer.Exit:
-    print_error(message)
-    return typer.Exit(2)
 
 
 def _read_inputs(
@@ -64,46 +53,33 @@ def _read_inputs(
     from spanbudget.collector.readers import TraceReadError, read_jaeger_api
 
     if (jaeger_url is None) == (not paths):
-        raise _fail("give trace files (- for stdin), or --jaeger-url with --service (not both)")
+        raise usage_error(
+            "give trace files (- for stdin), or --jaeger-url with --service (not both)"
+        )
     if jaeger_url is None:
         return read_inputs(paths or [], sys.stdin.buffer)
     if service is None:
-        raise _fail("--jaeger-url needs --service")
+        raise usage_error("--jaeger-url needs --service")
     try:
         seconds = parse_duration(since)
     except ValueError as exc:
-        raise _fail(f"--since: {exc}") from None
+        raise usage_error(f"--since: {exc}") from None
     try:
         return Inputs(read_jaeger_api(jaeger_url, service, seconds, limit=limit), read=1)
     except TraceReadError as exc:
-        raise _fail(str(exc)) from None
+        raise usage_error(str(exc)) from None
 
 
 def _load(budget: Path | None, preset: str | None) -> LoadedBudget:
     """The budget file (found as every command finds it), or the preset; says which."""
-    from spanbudget.collector.budget.loader import BudgetError, load_budget, load_preset
-    from spanbudget.collector.budget.presets import UnknownPresetError, preset_path
-    from spanbudget.collector.budget.source import find_budget
+    from spanbudget.collector.budget.choice import BudgetChoiceError, choose_budget
 
-    notices = make_console(stderr=True)
     try:
-        if preset is not None:
-            if budget is not None:
-                raise _fail("give --budget or --preset, not both (a budget file can say preset:)")
-            try:
-                notices.print(f"budget: preset {preset} ({preset_path(preset)})")
-                loaded = load_preset(preset)
-            except UnknownPresetError as exc:
-                raise _fail(str(exc)) from None
-        else:
-            source = find_budget(budget)
-            notices.print(source.describe())
-            loaded = load_budget(source.path)
-    except BudgetError as exc:
-        raise _fail(str(exc)) from None
-    for warning in loaded.warnings:
-        notices.print(f"[yellow]warning:[/] {escape(warning)}")
-    return loaded
+        chosen = choose_budget(budget, preset)
+    except BudgetChoiceError as exc:
+        raise usage_error(str(exc)) from None
+    print_notices(chosen.described, chosen.loaded.warnings)
+    return chosen.loaded
 
 
 def check(
@@ -187,7 +163,7 @@ def check(
         try:
             junit.write_text(text, encoding="utf-8")
         except OSError as exc:
-            raise _fail(f"cannot write {junit}: {exc.strerror or exc}") from None
+            raise usage_error(f"cannot write {junit}: {exc.strerror or exc}") from None
     if inputs.problems:
         total = inputs.read + len(inputs.problems)
         print_error(f"{len(inputs.problems)} of {total} inputs could not be read")
@@ -226,9 +202,9 @@ def init(
     try:
         written = write_default_budget(path, force=force)
     except FileExistsError as exc:
-        raise _fail(f"{exc} exists; edit it, or pass --force to replace it") from None
+        raise usage_error(f"{exc} exists; edit it, or pass --force to replace it") from None
     except OSError as exc:
-        raise _fail(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise usage_error(f"cannot write {path}: {exc.strerror or exc}") from None
     typer.echo(f"wrote {written}")
 
 
@@ -292,7 +268,7 @@ def suggest(
     from spanbudget.collector.suggest.budget import suggest as propose
 
     if not 0 < objective < 1:
-        raise _fail(f"--objective must be between 0 and 1, got {objective:g}")
+        raise usage_error(f"--objective must be between 0 and 1, got {objective:g}")
     base = None
     origin = ""
     if preset is not None or budget is not None:
@@ -313,12 +289,126 @@ def suggest(
         )
         typer.echo(render(suggestion, extends=preset), nl=False)
     except (NoTracesError, TooFewTracesError) as exc:
-        raise _fail(str(exc)) from None
+        raise usage_error(str(exc)) from None
     except BudgetError as exc:  # the suggestion itself would not load: a bug, said plainly
-        raise _fail(f"the suggested budget does not load: {exc}") from None
+        raise usage_error(f"the suggested budget does not load: {exc}") from None
     make_console(stderr=True).print(
         f"suggested limits at the {suggestion.percentile_name} of every stage: "
         f"{suggestion.within} of {suggestion.traces} traces ({suggestion.share:.1%}) within "
         f"every limit, objective {objective:.1%}",
         highlight=False,
     )
+
+
+def report(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="A load test's --out folder; or trace files (OTLP JSON/JSONL/protobuf,"
+            " Jaeger JSON), folders of them, or - for stdin, judged here."
+        ),
+    ],
+    budget: Annotated[
+        Path | None,
+        typer.Option(help="With trace files: " + BUDGET_HELP[:1].lower() + BUDGET_HELP[1:]),
+    ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(help="With trace files: judge against a packaged preset instead."),
+    ] = None,
+    output: Annotated[
+        OutputFormat,
+        typer.Option("--format", help="A table for people; JSON: the budget share, as /api/share."),
+    ] = OutputFormat.TABLE,
+    slices: Annotated[
+        int, typer.Option(min=0, help="The share over time in at most this many slices (0: none).")
+    ] = 12,
+) -> None:
+    """Render a finished run's report again from its files (and rewrite report.html), or
+    judge trace files; either way, show where the budget went.
+
+    The budget share: each stage's share of the summed time to first token (its exclusive
+    time on the critical path over the TTFTs, unattributed time as a row of its own) and
+    its share of the overruns' blame (the overruns whose blame names it first, with a 95 %
+    Wilson interval), overall and per time slice (docs/budget-share.md).
+
+    Exit, for a run folder: 0 when its objective was met, 1 when not, 2 when the folder is
+    not a run. For trace files: 0, or 2 when a file cannot be read (the rest is judged and
+    shown) or no trace was judged.
+
+    Example:
+
+        spanbudget report runs/run-3f2a9c1e
+
+        spanbudget report traces.jsonl --budget budget.yaml
+
+        spanbudget report traces/ --preset openinference --format json --slices 0
+    """
+    import json
+    from datetime import UTC, datetime
+
+    from spanbudget.collector.check import evaluate_spans, read_inputs
+    from spanbudget.collector.loadtest.folder import (
+        NotARunError,
+        is_run_folder,
+        judged_requests,
+        read_run,
+    )
+    from spanbudget.collector.loadtest.render_html import render_html
+    from spanbudget.collector.loadtest.render_terminal import render_terminal
+    from spanbudget.collector.stats import Judged, render_share, share_over_time
+
+    console = make_console()
+    first = paths[0]
+    if len(paths) == 1 and (is_run_folder(first) or (not first.exists() and not first.suffix)):
+        if budget is not None or preset is not None:
+            raise usage_error(
+                "--budget and --preset are for trace files; a run folder keeps its verdicts"
+            )
+        try:
+            run = read_run(first)
+            page = render_html(run.report, run.results)
+        except NotARunError as exc:  # exit 1 means "breached": this must not look like one
+            raise usage_error(str(exc)) from None
+        data = run.report
+        share = share_over_time(judged_requests(run.results), [s.name for s in data.stages], slices)
+        if output is OutputFormat.JSON:
+            described = {"budget": data.budget_name, "run_id": data.info.run_id}
+            typer.echo(json.dumps(share.to_dict() | described, indent=2))
+        else:
+            render_terminal(data, console)
+            render_share(
+                share,
+                console,
+                title=f"where the budget went in run {data.info.run_id}",
+                period=f"in run {data.info.run_id}",
+                clock=lambda t: f"+{t:g} s",
+            )
+        (first / "report.html").write_text(page)
+        raise typer.Exit(0 if data.slo_met else 1)
+
+    loaded = _load(budget, preset)
+    inputs = read_inputs(paths, sys.stdin.buffer)
+    for problem in inputs.problems:
+        print_error(f"{problem} (skipped)")
+    result = evaluate_spans(inputs.spans, loaded.budget)
+    if not result.verdicts:
+        raise usage_error(
+            f"no trace judged: no span read matched a stage of budget {loaded.budget.name!r}"
+        )
+    judged = [Judged.of(v, at=at) for v, at in zip(result.verdicts, result.started_s, strict=True)]
+    share = share_over_time(judged, loaded.budget.stage_names(), slices)
+    if output is OutputFormat.JSON:
+        typer.echo(json.dumps(share.to_dict() | {"budget": loaded.budget.name}, indent=2))
+    else:
+        render_share(
+            share,
+            console,
+            title=f"where the budget went: {share.traces} traces, budget {loaded.budget.name}",
+            period="across these traces",
+            clock=lambda t: datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S"),
+        )
+    if inputs.problems:  # the rest was judged and shown; the exit says something was missed
+        total = inputs.read + len(inputs.problems)
+        print_error(f"{len(inputs.problems)} of {total} inputs could not be read")
+    raise typer.Exit(2 if inputs.problems else 0)

@@ -10,6 +10,7 @@ from spanbudget.semconv import (
     GEN_AI_LATENCY_TIME_IN_QUEUE,
     GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
 )
+from spanbudget.semconv import VLLM_PHASE_SPANS as VLLM_PHASE_SPANS
 from spanbudget.semconv import VLLM_REQUEST_SPAN as VLLM_REQUEST_SPAN
 
 # The attribution's names for vLLM's phases, in seconds: the leaf's strings.

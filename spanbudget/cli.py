@@ -15,12 +15,16 @@ from typing import Annotated
 
 import typer
 
-from spanbudget.collector.cli import budget_app, check
+from spanbudget.collector.cli import budget_app, check, report
+from spanbudget.collector.compare.cli import compare
 from spanbudget.collector.live.cli import collect
-from spanbudget.collector.loadtest.cli import loadtest, report
+from spanbudget.collector.loadtest.cli import loadtest
+from spanbudget.collector.readers import TraceReadError, read_traces
+from spanbudget.collector.whatif.cli import whatif
 from spanbudget.extras import exit_unless_installed
 from spanbudget.service.cli import ingest, serve
-from spanbudget.service.engine.cli import engine
+from spanbudget.service.engine.cli import engine_app
+from spanbudget.service.engine.model_cli import calibrate_command
 from spanbudget.terminal import HELP_WIDTH, make_console, print_error
 
 __all__ = ["app", "main"]
@@ -59,8 +63,11 @@ def _root(
 
 
 # `spanbudget --help` lists them in this order.
-for command in (check, collect, serve, ingest, engine, loadtest, report):
+for command in (check, compare, whatif, collect, serve, ingest, loadtest, report):
     app.command()(command)
+# The engine's `calibrate` reads trace files with the collector's readers: joined here.
+engine_app.command("calibrate")(calibrate_command(read_traces, (TraceReadError,)))
+app.add_typer(engine_app, name="engine")
 app.add_typer(budget_app, name="budget")
 
 
@@ -91,6 +98,15 @@ def demo(
     gateway_listen: Annotated[str, typer.Option(help="Gateway host:port.")] = "127.0.0.1:8080",
     engine_listen: Annotated[str, typer.Option(help="Engine host:port.")] = "127.0.0.1:8000",
     collector_listen: Annotated[str, typer.Option(help="Collector host:port.")] = "127.0.0.1:4318",
+    disaggregated: Annotated[
+        bool,
+        typer.Option(
+            "--disaggregated",
+            help="Run the engine as a prefill and a decode instance with the KV cache moved"
+            " between them; without --budget, judged with the packaged budget that has a"
+            " kv_transfer stage (examples/disaggregated-budget.yaml).",
+        ),
+    ] = False,
     jaeger: Annotated[
         Path | None,
         typer.Option(
@@ -113,6 +129,8 @@ def demo(
 
         spanbudget demo --duration 30s --exit
         spanbudget demo --jaeger ~/.cache/spanbudget/bin/jaeger
+
+        spanbudget demo --disaggregated
     """
     exit_unless_installed("demo")
     from spanbudget.collector.durations import parse_duration
@@ -136,5 +154,6 @@ def demo(
         engine=engine_listen,
         collector=collector_listen,
         jaeger=jaeger,
+        disaggregated=disaggregated,
     )
     raise typer.Exit(run_demo(settings, make_console()))

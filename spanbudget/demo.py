@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from spanbudget.collector.budget.loader import BudgetError, load_budget
-from spanbudget.collector.budget.source import find_budget
+from spanbudget.collector.budget.source import disaggregated_budget, find_budget
 from spanbudget.collector.loadtest.files import read_results
 from spanbudget.collector.loadtest.report_model import Report
 from spanbudget.collector.loadtest.run import EXIT_FAILED, LoadTest, RunFailed, new_run_id
@@ -49,6 +49,9 @@ class DemoSettings:
     # One H100 (see `spanbudget engine --list-presets`): the nominal rate fits the 100 ms
     # prefill target; the burst keeps it busy enough to queue past the 120 ms limit.
     preset: str | None = "qwen3-8b-h100"
+    # The engine as a prefill and a decode instance, the KV cache moved between them; without
+    # a budget given, judged with the packaged one that has a kv_transfer stage.
+    disaggregated: bool = False
     nominal_rate: float = 2.0
     burst_rate: float = 16.0
     burst_share: float = 0.3  # of the duration
@@ -93,6 +96,7 @@ def stack_of(settings: DemoSettings, budget: Path) -> Stack:
         engine=settings.engine,
         gateway=settings.gateway,
         preset=settings.preset,
+        disaggregated=settings.disaggregated,
         decision_wait=settings.decision_wait,
         jaeger=Jaeger(settings.jaeger) if settings.jaeger else None,
     )
@@ -171,7 +175,10 @@ def retrieval_waits(
 
 def run_demo(settings: DemoSettings, console: Console) -> int:
     """Run the demo; returns 0 when the report was made, 2 when the stack or the run failed."""
-    source = find_budget(settings.budget)
+    if settings.disaggregated and settings.budget is None:
+        source = disaggregated_budget()
+    else:
+        source = find_budget(settings.budget)
     console.print(source.describe(), highlight=False)
     try:
         loaded = load_budget(source.path)

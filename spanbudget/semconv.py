@@ -32,6 +32,9 @@ OPERATION_CHAT: Final = "chat"
 
 # vLLM's request span, emitted when the request finishes, with its phases in seconds.
 VLLM_REQUEST_SPAN: Final = "llm_request"
+# vLLM's per-phase spans under `llm_request` (vllm-project/vllm PR #44402): where a request
+# has them, they are its phases, and none are read from its latency attributes.
+VLLM_PHASE_SPANS: Final = ("vllm_queue", "vllm_prefill", "vllm_async_kv_transfer", "vllm_decode")
 GEN_AI_LATENCY_TIME_IN_QUEUE: Final = "gen_ai.latency.time_in_queue"
 GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN: Final = "gen_ai.latency.time_to_first_token"
 GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL: Final = "gen_ai.latency.time_in_model_prefill"

@@ -101,6 +101,7 @@ class Stack:
     engine: str = "127.0.0.1:8000"
     gateway: str = "127.0.0.1:8080"
     preset: str | None = None
+    disaggregated: bool = False  # the engine as a prefill and a decode instance
     decision_wait: str = "1s"
     logs: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict)
@@ -124,6 +125,8 @@ class Stack:
         engine_args = ["engine", "--listen", self.engine]
         if self.preset:
             engine_args += ["--preset", self.preset]
+        if self.disaggregated:
+            engine_args.append("--disaggregated")
         collect = spanbudget_command(
             "collect",
             "--listen",

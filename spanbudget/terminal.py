@@ -8,12 +8,14 @@ is laid out at its natural width, even when that is wider than the terminal.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.segment import Segments
 
-__all__ = ["HELP_WIDTH", "make_console", "print_error", "print_wide"]
+__all__ = ["HELP_WIDTH", "make_console", "print_error", "print_notices", "print_wide"]
 
 # Width of `--help` off a terminal: the examples in help texts fit on one line.
 HELP_WIDTH = 120
@@ -45,3 +47,11 @@ def print_wide(console: Console, renderable: RenderableType) -> None:
 def print_error(message: str, *, label: str = "error") -> None:
     """`error: message` on stderr; the message is text, never markup (paths, `[extra]`)."""
     make_console(stderr=True).print(f"[bold red]{label}:[/] {escape(message)}")
+
+
+def print_notices(described: str, warnings: Sequence[str] = ()) -> None:
+    """What a command is about to use (`budget: …`) and its warnings, on stderr, as text."""
+    notices = make_console(stderr=True)
+    notices.print(escape(described), highlight=False)
+    for warning in warnings:
+        notices.print(f"[yellow]warning:[/] {escape(warning)}")

@@ -27,6 +27,14 @@ COMMANDS = sorted(
         if group.typer_instance
         for command in group.typer_instance.registered_commands
     ]
+    # A group that runs without a subcommand (`spanbudget engine`) is a command too.
+    + [
+        group.name or ""
+        for group in app.registered_groups
+        if group.typer_instance
+        and group.typer_instance.registered_callback
+        and group.typer_instance.registered_callback.invoke_without_command
+    ]
 )
 
 
@@ -35,10 +43,14 @@ def test_every_command_is_registered() -> None:
         sorted(
             [
                 "check",
+                "compare",
+                "whatif",
                 "collect",
                 "serve",
                 "ingest",
                 "engine",
+                "engine calibrate",
+                "engine predict",
                 "loadtest",
                 "report",
                 "demo",

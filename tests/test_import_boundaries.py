@@ -72,6 +72,7 @@ COLLECTOR_LAYERS = (
     {"judging"},
     {"stats", "charts", "context"},
     {"check", "suggest", "alerts", "loadtest"},
+    {"compare", "whatif"},
     {"live"},
     {"cli"},
 )

@@ -13,15 +13,24 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["BudgetSource", "Origin", "find_budget", "packaged_budget", "write_default_budget"]
+__all__ = [
+    "BudgetSource",
+    "Origin",
+    "disaggregated_budget",
+    "find_budget",
+    "packaged_budget",
+    "write_default_budget",
+]
 
 FILE_NAME = "budget.yaml"
+DISAGGREGATED_FILE_NAME = "disaggregated-budget.yaml"  # examples/ in the repository
 
 
 class Origin(enum.Enum):
     GIVEN = "given with --budget"
     WORKING_DIRECTORY = "found in the current directory"
     PACKAGED = "the packaged default"
+    DISAGGREGATED = "packaged for a disaggregated engine, with a kv_transfer stage"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +46,15 @@ class BudgetSource:
         return text
 
 
-def packaged_budget() -> Path:
-    """The default allocation table installed with the package."""
-    return Path(str(resources.files("spanbudget").joinpath(FILE_NAME)))
+def packaged_budget(file_name: str = FILE_NAME) -> Path:
+    """The default allocation table installed with the package (or another that ships)."""
+    return Path(str(resources.files("spanbudget").joinpath(file_name)))
+
+
+def disaggregated_budget() -> BudgetSource:
+    """The reference path's table for an engine run as prefill and decode instances: the
+    default's stages and a `kv_transfer` stage for the KV cache's move between them."""
+    return BudgetSource(packaged_budget(DISAGGREGATED_FILE_NAME), Origin.DISAGGREGATED)
 
 
 def find_budget(given: Path | None, *, cwd: Path | None = None) -> BudgetSource:

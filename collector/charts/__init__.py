@@ -4,6 +4,7 @@ classes of `charts.css`, which both pages include."""
 from spanbudget.collector.charts.svg import (
     BandRow,
     BudgetRow,
+    ShareRow,
     StackPart,
     band_class,
     budget_bars,
@@ -14,6 +15,8 @@ from spanbudget.collector.charts.svg import (
     num,
     p95_panels,
     round_edges,
+    share_bars,
+    share_panels,
     stage_bands,
     stage_class,
     stage_stack,
@@ -23,6 +26,7 @@ from spanbudget.collector.charts.svg import (
 __all__ = [
     "BandRow",
     "BudgetRow",
+    "ShareRow",
     "StackPart",
     "band_class",
     "budget_bars",
@@ -33,6 +37,8 @@ __all__ = [
     "num",
     "p95_panels",
     "round_edges",
+    "share_bars",
+    "share_panels",
     "stage_bands",
     "stage_class",
     "stage_stack",

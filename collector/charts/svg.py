@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -20,6 +20,7 @@ from markupsafe import Markup
 __all__ = [
     "BandRow",
     "BudgetRow",
+    "ShareRow",
     "StackPart",
     "band_class",
     "budget_bars",
@@ -30,6 +31,8 @@ __all__ = [
     "num",
     "p95_panels",
     "round_edges",
+    "share_bars",
+    "share_panels",
     "stage_bands",
     "stage_class",
     "stage_stack",
@@ -53,6 +56,23 @@ def num(value: float) -> str:
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+def _segments(
+    xs: Sequence[float],
+    values: Sequence[float | None],
+    x: Callable[[float], float],
+    y: Callable[[float], float],
+) -> list[str]:
+    """Polyline points, one run per stretch of known values (a None breaks the line)."""
+    segments: list[list[str]] = [[]]
+    for at, value in zip(xs, values, strict=True):
+        if value is None:
+            if segments[-1]:
+                segments.append([])
+            continue
+        segments[-1].append(f"{num(x(at))},{num(y(value))}")
+    return [" ".join(points) for points in segments if points]
 
 
 def band_class(ms: float | None, target: float, limit: float) -> str:
@@ -284,18 +304,7 @@ def p95_panels(
                 f'<line class="mark {cls}" x1="{num(ox)}" x2="{num(ox + panel_w)}" '
                 f'y1="{num(y(ms))}" y2="{num(y(ms))}"/>'
             )
-        points: list[str] = []
-        segments: list[str] = []
-        for start, value in zip(starts, values, strict=True):
-            if value is None:
-                if points:
-                    segments.append(" ".join(points))
-                points = []
-                continue
-            points.append(f"{num(x(start + slot / 2))},{num(y(value))}")
-        if points:
-            segments.append(" ".join(points))
-        for seg in segments:
+        for seg in _segments([start + slot / 2 for start in starts], values, x, y):
             body.append(f'<polyline class="line {stage_class(colour)}" points="{seg}"/>')
         last = known[-1] if known else None
         body.append(
@@ -467,3 +476,149 @@ def budget_bars(
         f"{r.name} {fmt_ms(r.ms)} of {fmt_ms(r.limit_ms)} ms ({r.status})" for r in rows
     )
     return svg_root(width, y + 4, label, body, "budget")
+
+
+# -- overview: where the budget goes (share of TTFT and of the blame) ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShareRow:
+    """A stage's share of the time to first token and of the overruns' blame, with the
+    blame share's interval; colour -1 for time no stage holds (unattributed)."""
+
+    name: str
+    colour: int
+    time_share: float | None
+    blame_share: float | None
+    blame_low: float
+    blame_high: float
+
+
+def _share_class(colour: int) -> str:
+    return "nostage" if colour < 0 else stage_class(colour)
+
+
+def _pct(share: float | None) -> str:
+    return "–" if share is None else f"{share * 100:.0f} %"
+
+
+def share_bars(
+    rows: Sequence[ShareRow], *, traces: int, overruns: int, width: float = 760
+) -> Markup:
+    """One line per stage: a bar of its share of the summed TTFT (in its colour), and a bar
+    of its share of the overruns' blame (red) with its interval as a whisker; 0–100 %."""
+    label_w, gap, value_w, row_h, head = 100.0, 24.0, 96.0, 24.0, 20.0
+    half = (width - label_w - gap) / 2
+    plot_w = half - value_w
+    left = (label_w, label_w + half + gap)
+    body = [
+        f'<text class="tick" x="{num(left[0])}" y="12">share of TTFT ({traces} traces)</text>',
+        f'<text class="tick" x="{num(left[1])}" y="12">share of the blame ({overruns} '
+        f"{'overrun' if overruns == 1 else 'overruns'})</text>",
+    ]
+    for i, row in enumerate(rows):
+        y = head + i * row_h
+        body.append(f'<g class="share-row" data-stage="{esc(row.name)}">')
+        body.append(f'<text class="label" x="0" y="{num(y + 13)}">{esc(row.name)}</text>')
+        for x0 in left:
+            body.append(
+                f'<rect class="frame" x="{num(x0)}" y="{num(y + 2)}" width="{num(plot_w)}" '
+                'height="14"/>'
+            )
+        if row.time_share is not None:
+            body.append(
+                f'<rect class="{_share_class(row.colour)} time-share" x="{num(left[0])}" '
+                f'y="{num(y + 2)}" width="{num(row.time_share * plot_w)}" height="14" '
+                f'data-share="{row.time_share:.4f}"/>'
+            )
+        body.append(
+            f'<text class="value" x="{num(left[0] + plot_w + 6)}" y="{num(y + 13)}">'
+            f"{_pct(row.time_share)}</text>"
+        )
+        if row.blame_share is not None:
+            mid = y + 9
+            body.append(
+                f'<rect class="bar over blame-share" x="{num(left[1])}" y="{num(y + 2)}" '
+                f'width="{num(row.blame_share * plot_w)}" height="14" '
+                f'data-share="{row.blame_share:.4f}"/>'
+                f'<line class="whisker" x1="{num(left[1] + row.blame_low * plot_w)}" '
+                f'x2="{num(left[1] + row.blame_high * plot_w)}" y1="{num(mid)}" y2="{num(mid)}"/>'
+            )
+            text = f"{_pct(row.blame_share)} ({row.blame_low * 100:.0f}–{row.blame_high * 100:.0f})"
+        else:
+            text = "no overrun"
+        body.append(
+            f'<text class="value" x="{num(left[1] + plot_w + 6)}" y="{num(y + 13)}">'
+            f"{esc(text)}</text></g>"
+        )
+    label = "Each stage's share of the time to first token and of the overruns' blame: " + (
+        "; ".join(
+            f"{r.name} {_pct(r.time_share)} of TTFT, {_pct(r.blame_share)} of the blame"
+            for r in rows
+        )
+    )
+    return svg_root(width, head + len(rows) * row_h + 4, label, body, "shares")
+
+
+def share_panels(
+    starts: Sequence[float],
+    end: float,
+    series: Sequence[tuple[str, int, Sequence[float | None], Sequence[float | None]]],
+    *,
+    width: float = 640,
+) -> Markup:
+    """Small multiples, one per stage: its share of the TTFT (solid, its colour) and of the
+    blame (dashed, red) per time slice, on 0–100 %. `series`: (name, colour index, time
+    shares, blame shares), one value a slice, None where the slice has no trace or overrun."""
+    cols = 3 if len(series) > 4 else max(1, len(series))
+    panel_w, panel_h, gap = (width - (cols - 1) * 12) / cols, 96.0, 12.0
+    rows = math.ceil(len(series) / cols)
+    body: list[str] = []
+    t0, t1 = (starts[0] if starts else 0.0), end
+    dt = (t1 - t0) or 1.0
+    slot = dt / max(1, len(starts))
+    for i, (name, colour, times, blames) in enumerate(series):
+        ox = (i % cols) * (panel_w + gap)
+        oy = (i // cols) * (panel_h + gap)
+        plot_top, plot_h = oy + 16, panel_h - 34
+
+        def y(share: float, plot_top: float = plot_top, plot_h: float = plot_h) -> float:
+            return plot_top + plot_h - min(max(share, 0.0), 1.0) * plot_h
+
+        def x(t: float, ox: float = ox) -> float:
+            return ox + (t - t0) / dt * panel_w
+
+        body.append(f'<g class="panel" data-stage="{esc(name)}">')
+        body.append(
+            f'<rect class="frame" x="{num(ox)}" y="{num(plot_top)}" width="{num(panel_w)}" '
+            f'height="{num(plot_h)}"/>'
+            f'<text class="label" x="{num(ox)}" y="{num(oy + 11)}">{esc(name)}</text>'
+            f'<line class="grid" x1="{num(ox)}" x2="{num(ox + panel_w)}" y1="{num(y(0.5))}" '
+            f'y2="{num(y(0.5))}"/>'
+        )
+        for values, cls in ((times, f"line {_share_class(colour)}"), (blames, "line blame")):
+            for seg in _segments([start + slot / 2 for start in starts], values, x, y):
+                if " " not in seg:  # one slice alone: a dot, not an invisible line
+                    cx, cy = seg.split(",")
+                    dot = cls.replace("line ", "dot ")
+                    body.append(f'<circle class="{dot}" cx="{cx}" cy="{cy}" r="2"/>')
+                else:
+                    body.append(f'<polyline class="{cls}" points="{seg}"/>')
+        last_time = next((v for v in reversed(times) if v is not None), None)
+        last_blame = next((v for v in reversed(blames) if v is not None), None)
+        body.append(
+            f'<text class="tick" x="{num(ox + panel_w)}" y="{num(oy + 11)}" text-anchor="end">'
+            f"last {_pct(last_time)} · blame {_pct(last_blame)}</text>"
+        )
+        body.append(
+            f'<text class="tick" x="{num(ox)}" y="{num(oy + panel_h - 4)}">'
+            f"{_clock(t0, dt)}</text>"
+            f'<text class="tick" x="{num(ox + panel_w)}" y="{num(oy + panel_h - 4)}" '
+            f'text-anchor="end">{_clock(t1, dt)}</text>'
+        )
+        body.append("</g>")
+    label = "Each stage's share of the TTFT and of the blame over time: " + "; ".join(
+        f"{name} latest {_pct(next((v for v in reversed(ts) if v is not None), None))} of TTFT"
+        for name, _, ts, _ in series
+    )
+    return svg_root(width, rows * (panel_h + gap), label, body, "panels share-panels")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from spanbudget.collector.budget.model import Budget
@@ -28,6 +28,7 @@ class FailOn(enum.Enum):
 class CheckResult:
     verdicts: list[Verdict]
     skipped: int  # traces in which no span matched any stage
+    started_s: list[float] = field(default_factory=list)  # each verdict's trace start, epoch s
 
 
 def evaluate_spans(
@@ -36,6 +37,7 @@ def evaluate_spans(
     evaluator = Evaluator(budget)
     evaluated_at = now or datetime.now(UTC)
     verdicts: list[Verdict] = []
+    started_s: list[float] = []
     skipped = 0
     for trace in group_by_trace(spans).values():
         verdict = evaluator.evaluate(trace, evaluated_at=evaluated_at)
@@ -46,7 +48,8 @@ def evaluate_spans(
         if extra:
             verdict = replace(verdict, attributes={**verdict.attributes, **extra})
         verdicts.append(verdict)
-    return CheckResult(verdicts, skipped)
+        started_s.append(min(span.start_ns for span in trace) / 1e9)
+    return CheckResult(verdicts, skipped, started_s)
 
 
 def why_empty(result: CheckResult, budget: Budget) -> str | None:

@@ -34,6 +34,7 @@ from spanbudget.collector.semconv import (
     VLLM_LATENCY_PREFILL,
     VLLM_LATENCY_QUEUE,
     VLLM_LATENCY_TTFT,
+    VLLM_PHASE_SPANS,
     VLLM_REQUEST_SPAN,
 )
 from spanbudget.collector.spans import SpanKind, same_host, seconds_value
@@ -754,9 +755,19 @@ cdef class _Trace:
             node.stage = own if own >= 0 else up.stage
         if own >= 0:
             self.matched[own] = 1
-        if name == VLLM_REQUEST_SPAN:
+        if name == VLLM_REQUEST_SPAN and not self.has_phase_spans(pos):
             return self.add_phases(index, span)
         return DONE
+
+    cdef bint has_phase_spans(self, Py_ssize_t pos) except -1:
+        """`attribution._reads_phases`: vLLM's per-phase spans among the span's children."""
+        cdef Row* row = &self.rows[pos]
+        cdef Py_ssize_t i
+        cdef list spans = self.spans
+        for i in range(row.kid_count):
+            if spans[self.kid_rows[row.kids_at + i]].name in VLLM_PHASE_SPANS:
+                return True
+        return False
 
     cdef int add_phases(self, Py_ssize_t index, object span) except -1:
         """`flat._add_phases`: vLLM's phases as children of node `index`."""

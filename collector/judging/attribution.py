@@ -17,6 +17,7 @@ from spanbudget.collector.semconv import (
     VLLM_LATENCY_PREFILL,
     VLLM_LATENCY_QUEUE,
     VLLM_LATENCY_TTFT,
+    VLLM_PHASE_SPANS,
     VLLM_REQUEST_SPAN,
 )
 from spanbudget.collector.spans import AttrValue, Span, SpanKind, same_host, seconds_value
@@ -167,7 +168,7 @@ def assemble(spans: Sequence[Span], classify: Classifier | None = None) -> Tree 
     if classify is not None:
         root.stage = classify(root, True)
     nodes = [root]
-    if root.name == VLLM_REQUEST_SPAN:  # vLLM traced alone: its request is the root
+    if _reads_phases(root, children.get(root_span.span_id, ())):  # vLLM traced alone
         _add_vllm_phases(root, nodes, classify)
     skew = 0
     visited = {root_span.span_id}
@@ -202,7 +203,7 @@ def assemble(spans: Sequence[Span], classify: Classifier | None = None) -> Tree 
                 node.stage = classify(node, False) or parent.stage
             parent.children.append(node)
             nodes.append(node)
-            if node.name == VLLM_REQUEST_SPAN:
+            if _reads_phases(node, children.get(span.span_id, ())):
                 _add_vllm_phases(node, nodes, classify)
             push_children(node, children.get(span.span_id, []), offset)
         if len(visited) == len(by_id):
@@ -213,6 +214,12 @@ def assemble(spans: Sequence[Span], classify: Classifier | None = None) -> Tree 
             break
         push_children(root, [min(stray, key=lambda s: (s.start_ns, s.span_id))], 0)
     return Tree(root, nodes, skew)
+
+
+def _reads_phases(node: Node, kids: Sequence[Span]) -> bool:
+    """Whether vLLM's phases come from this node's latency attributes: a `llm_request`
+    without vLLM's per-phase spans under it (those, where present, are its phases)."""
+    return node.name == VLLM_REQUEST_SPAN and not any(kid.name in VLLM_PHASE_SPANS for kid in kids)
 
 
 def _add_vllm_phases(node: Node, nodes: list[Node], classify: Classifier | None) -> None:

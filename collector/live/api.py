@@ -12,6 +12,8 @@ import functools
 import hmac
 import logging
 import re
+import threading
+import time
 from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Query, Request, Response
@@ -34,7 +36,11 @@ from spanbudget.collector.live.intake import (
 )
 from spanbudget.collector.live.metrics import render
 from spanbudget.collector.live.pipeline import Pipeline
+from spanbudget.collector.live.trace_api import trace_router
 from spanbudget.collector.live.ui import ui_router
+from spanbudget.collector.live.ui.overview import overview_slices, window_share
+from spanbudget.collector.live.verdict_columns import VerdictColumns
+from spanbudget.collector.stats import MAX_SLICES
 from spanbudget.serving import BodyAborted, BodyTimeout, BodyTooLarge, read_body
 
 __all__ = ["create_app"]
@@ -61,6 +67,10 @@ def create_app(pipeline: Pipeline) -> FastAPI:
     settings = pipeline.settings
     metrics = pipeline.metrics
     store = pipeline.store
+    # The store as numpy columns, for /api/share and the web UI alike (one copy in memory),
+    # read in now rather than when the first visitor asks (seconds at 100k verdicts).
+    columns = VerdictColumns(store.path)
+    threading.Thread(target=columns.warm, name="ui-columns", daemon=True).start()
     token = settings.receiver_token
     app = FastAPI(title="spanbudget collector", docs_url=None, redoc_url=None)
     app.add_middleware(SecurityHeaders)
@@ -159,6 +169,27 @@ def create_app(pipeline: Pipeline) -> FastAPI:
         result["budget"] = pipeline.core.budget.name
         return result
 
+    @app.get("/api/share")
+    def share(
+        since: str | None = None,
+        until: str | None = None,
+        run_id: str | None = None,
+        slices: Annotated[int, Query(ge=0, le=10 * MAX_SLICES)] = MAX_SLICES,
+    ) -> dict[str, Any]:
+        """Each stage's share of the summed TTFT and of the overruns' blame over a window
+        (and run), and per time slice: at most `slices` of them, 0 for none
+        (docs/budget-share.md)."""
+        start, end = _since(since), _since(until)
+        selection = columns.select(since=start, until=end, run_id=run_id)
+        budget = pipeline.core.budget
+        cut = None
+        if slices:
+            cut = overview_slices(selection, start or 0.0, end or time.time(), max_slices=slices)
+        result = window_share(selection, budget, cut).to_dict()
+        result["budget"] = budget.name
+        result["window"] = {"since": start, "until": end, "run_id": run_id}
+        return result
+
     @app.get("/api/alerts")
     def list_alerts(state: RuleState | None = None) -> dict[str, Any]:
         """Every burn-rate rule on every stage: its state, both windows' burn, its traces."""
@@ -190,7 +221,8 @@ def create_app(pipeline: Pipeline) -> FastAPI:
             {"status": "ready" if ready else "not ready"}, status_code=200 if ready else 503
         )
 
-    app.include_router(ui_router(pipeline))  # the web UI: /, /traces, /runs
+    app.include_router(trace_router(pipeline.spans))  # GET /api/traces/{id}: OTLP/JSON
+    app.include_router(ui_router(pipeline, columns=columns))  # the web UI: /, /traces, /runs
     return app
 
 

@@ -7,14 +7,16 @@ up from the store's tables on each read (only rows newer than the last one read,
 dropping what retention deleted), and aggregates there. It reads the tables `verdicts` and
 `stage_results` of `store.py` through its own read-only connection and never writes.
 
-Memory: about 60 bytes per verdict with five stages (60 MB at the store's default bound of
+Memory: about 65 bytes per verdict with five stages (65 MB at the store's default bound of
 a million).
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from spanbudget.collector.judging.verdict import Status
-from spanbudget.collector.stats import PERCENTILES
+from spanbudget.collector.stats import PERCENTILES, BudgetShare, Slices, budget_share
 
 __all__ = ["STATUS_CODES", "ColumnSelection", "VerdictColumns"]
 
@@ -35,6 +37,7 @@ _STATUS_SQL = "CASE {col} " + " ".join(f"WHEN '{s}' THEN {c}" for s, c in STATUS
 _STATUS_SQL += " ELSE -1 END"
 
 Floats = npt.NDArray[np.float64]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class ColumnSelection:
     stage_ms: dict[str, Floats]  # NaN: unmeasured or not recorded
     stage_over: dict[str, npt.NDArray[np.bool_]]
     run_ids: list[str]  # distinct run ids in the selection, newest first
+    first_blame: npt.NDArray[np.int32]  # index in `blame_names`; -1: blames no stage
+    blame_names: list[str]
 
     def __len__(self) -> int:
         return len(self.at)
@@ -92,6 +97,22 @@ class ColumnSelection:
         if over is not None:
             result["over_limit_share"] = float(over.sum() / len(values))
         return result
+
+    def share(self, names: Sequence[str], slices: Slices | None = None) -> BudgetShare:
+        """Each stage's share of the TTFT and of the overruns' blame (`stats.share`), and
+        per slice when `slices` are given; `names`: the stages in budget order."""
+        where = {name: i for i, name in enumerate(names)}
+        # One more entry, -1, where a verdict that blames no stage (-1) looks itself up.
+        lookup = np.array([where.get(b, -1) for b in self.blame_names] + [-1], dtype=np.int64)
+        return budget_share(
+            names,
+            at=self.at,
+            ttft_ms=self.ttft_ms,
+            stage_ms=self.stage_ms,
+            overrun=self.status == _OVERRUN,
+            blamed=lookup[self.first_blame],
+            slices=slices,
+        )
 
     def histogram(self, edges: Sequence[float]) -> list[int]:
         """TTFT counts between consecutive `edges`; values beyond the last go in the last bin."""
@@ -182,10 +203,21 @@ class VerdictColumns:
         self._status = _Grow(np.int8, -1)
         self._ttft = _Grow(np.float64, np.nan)
         self._run = _Grow(np.int32, -1)
+        self._blame = _Grow(np.int32, -1)  # the first-blamed stage, a code of `_blame_names`
         self._stage_ms: dict[str, _Grow] = {}
         self._stage_status: dict[str, _Grow] = {}
         self._runs: list[str] = []
         self._run_codes: dict[str, int] = {}
+        self._blame_names: list[str] = []
+        self._blame_codes: dict[str, int] = {}
+
+    def warm(self) -> None:
+        """Read the store into columns now, not when the first reader asks (seconds at
+        100k verdicts); for a background thread at start-up, so failures are logged."""
+        try:
+            self.select(since=time.time())
+        except Exception:  # a page will try again, and say what is wrong
+            log.exception("reading the verdict store into columns failed")
 
     def close(self) -> None:
         with self._lock:
@@ -233,6 +265,8 @@ class VerdictColumns:
                 stage_ms={k: g.data[:n][keep].copy() for k, g in self._stage_ms.items()},
                 stage_over={k: g.data[:n][keep] == _OVERRUN for k, g in self._stage_status.items()},
                 run_ids=seen,
+                first_blame=self._blame.data[:n][keep].copy(),
+                blame_names=list(self._blame_names),
             )
 
     def runs(self) -> list[tuple[str, int, float, float]]:
@@ -279,7 +313,7 @@ class VerdictColumns:
         self._n = n - count
 
     def _columns(self) -> list[_Grow]:
-        fixed = [self._seq, self._at, self._status, self._ttft, self._run]
+        fixed = [self._seq, self._at, self._status, self._ttft, self._run, self._blame]
         return fixed + list(self._stage_ms.values()) + list(self._stage_status.values())
 
     def _read_new(self, connection: sqlite3.Connection) -> None:
@@ -296,7 +330,9 @@ class VerdictColumns:
         numbers = np.array(verdicts, dtype=np.float64)
         last = int(numbers[-1, 0])
         runs = connection.execute(
-            "SELECT run_id FROM verdicts WHERE seq > ? AND seq <= ? ORDER BY seq", (after, last)
+            "SELECT run_id, json_extract(blame, '$[0]') FROM verdicts"
+            " WHERE seq > ? AND seq <= ? ORDER BY seq",
+            (after, last),
         ).fetchall()
         names = [
             name
@@ -315,7 +351,8 @@ class VerdictColumns:
         self._at.data[start:end] = numbers[:, 1]
         self._status.data[start:end] = numbers[:, 2]
         self._ttft.data[start:end] = numbers[:, 3]
-        self._run.data[start:end] = [self._run_code(run_id) for (run_id,) in runs]
+        self._run.data[start:end] = [self._run_code(run_id) for run_id, _ in runs]
+        self._blame.data[start:end] = [self._blame_code(first) for _, first in runs]
         if names:
             status = _STATUS_SQL.format(col="status")
             pivot = ", ".join(
@@ -347,6 +384,15 @@ class VerdictColumns:
             status.data[:size] = -1
             self._stage_ms[name], self._stage_status[name] = ms, status
         return self._stage_ms[name], self._stage_status[name]
+
+    def _blame_code(self, name: str | None) -> int:
+        if name is None:
+            return -1
+        code = self._blame_codes.get(name)
+        if code is None:
+            code = self._blame_codes[name] = len(self._blame_names)
+            self._blame_names.append(name)
+        return code
 
     def _run_code(self, run_id: str | None) -> int:
         if run_id is None:

@@ -1,4 +1,4 @@
-"""`spanbudget loadtest` and `spanbudget report`: thin commands over `collector.loadtest`."""
+"""`spanbudget loadtest`: a thin command over `collector.loadtest`."""
 
 from __future__ import annotations
 
@@ -8,14 +8,10 @@ from typing import Annotated
 import typer
 
 from spanbudget.collector.loadtest.schedule import Arrival
+from spanbudget.commands import usage_error
 from spanbudget.terminal import make_console, print_error
 
-__all__ = ["loadtest", "report"]
-
-
-def _fail(message: str) -> typer.Exit:
-    print_error(message)
-    return typer.Exit(2)
+__all__ = ["loadtest"]
 
 
 def loadtest(
@@ -73,6 +69,15 @@ def loadtest(
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed for arrivals and prompt order.")] = 0,
     jaeger_ui: Annotated[str, typer.Option(help="Jaeger UI base URL, for links.")] = "",
+    delay: Annotated[
+        str | None,
+        typer.Option(
+            metavar="STAGE=MS[,STAGE=MS]",
+            help="Ask the gateway to slow these stages on every request (the "
+            "x-spanbudget-delay header; honoured by a gateway started with --faults): "
+            "gateway, retrieval or prompt, e.g. retrieval=15.",
+        ),
+    ] = None,
 ) -> None:
     """Drive the gateway at a fixed schedule; report every stage against the budget.
 
@@ -87,10 +92,13 @@ def loadtest(
         spanbudget loadtest --target http://127.0.0.1:8080 --rate 4 --duration 30s --out runs/a
 
         spanbudget loadtest --target http://127.0.0.1:8080 --sweep 2:14:3 --out runs/knee
+
+        spanbudget loadtest --target http://127.0.0.1:8080 --delay retrieval=15 --out runs/slow
     """
     from spanbudget.collector.budget.loader import BudgetError, load_budget
     from spanbudget.collector.budget.source import find_budget
     from spanbudget.collector.durations import parse_duration
+    from spanbudget.collector.loadtest.client import parse_delay
     from spanbudget.collector.loadtest.run import (
         EXIT_FAILED,
         LoadTest,
@@ -108,15 +116,16 @@ def loadtest(
     try:
         table = load_budget(source.path).budget
     except BudgetError as exc:
-        raise _fail(str(exc)) from None
+        raise usage_error(str(exc)) from None
     run_id = run_id or new_run_id("sweep" if sweep else "run")
     if duration is not None and requests is not None:
-        raise _fail("give --duration or --requests, not both")
+        raise usage_error("give --duration or --requests, not both")
     if sweep is not None and rate is not None:
-        raise _fail("give --rate or --sweep, not both")
+        raise usage_error("give --rate or --sweep, not both")
     try:
         rates = parse_sweep(sweep) if sweep is not None else [rate or 2.0]
         seconds = parse_duration(duration) if duration else (None if requests else 30.0)
+        header = parse_delay(delay) if delay else ""
         phase = Phase("main", rates[0], duration_s=seconds, requests=requests)
         test = LoadTest(
             target=target,
@@ -135,9 +144,10 @@ def loadtest(
             ui_url=collector or DEFAULT_COLLECTOR,
             jaeger_ui=jaeger_ui,
             run_id=run_id,
+            delay=header,
         )
     except (ValueError, RunFailed) as exc:
-        raise _fail(str(exc)) from None
+        raise usage_error(str(exc)) from None
     provider = loadtest_tracer_provider(collector)
     console = make_console()
     try:
@@ -151,34 +161,3 @@ def loadtest(
     finally:
         provider.shutdown()
     raise typer.Exit(code)
-
-
-def report(
-    run_dir: Annotated[Path, typer.Argument(help="A load test's --out folder.")],
-) -> None:
-    """Render a finished run's report again from its files (and rewrite report.html).
-
-    Example:
-
-        spanbudget report runs/run-3f2a9c1e
-    """
-    from spanbudget.collector.loadtest.files import (
-        REPORT_JSON,
-        REQUESTS_CSV,
-        read_report,
-        read_results,
-    )
-    from spanbudget.collector.loadtest.render_html import render_html
-    from spanbudget.collector.loadtest.render_terminal import render_terminal
-
-    try:
-        data = read_report(run_dir / REPORT_JSON)
-        results = read_results(run_dir / REQUESTS_CSV)
-        page = render_html(data, results)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        # Exit 1 means "breached": a folder that is not a run must not look like one.
-        why = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) else str(exc)
-        raise _fail(f"{run_dir}: not a load-test run folder ({why})") from None
-    render_terminal(data, make_console())
-    (run_dir / "report.html").write_text(page)
-    raise typer.Exit(0 if data.slo_met else 1)

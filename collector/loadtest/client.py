@@ -24,7 +24,12 @@ from spanbudget.collector.semconv import LOADTEST_PHASE, LOADTEST_REQUEST_INDEX,
 from spanbudget.collector.stats import percentile
 from spanbudget.connections import read_to_end
 
-__all__ = ["ChatRequest", "RequestRecord", "send_chat"]
+__all__ = ["DELAY_HEADER", "ChatRequest", "RequestRecord", "parse_delay", "send_chat"]
+
+# The gateway's fault header (DESIGN §3): with faults on, it sleeps that long inside the
+# named stage's span, so that a drill can slow one stage on purpose (`--delay`).
+DELAY_HEADER = "x-spanbudget-delay"
+DELAY_STAGES = ("gateway", "retrieval", "prompt")  # the stages the gateway can slow
 
 _TRACECONTEXT = TraceContextTextMapPropagator()
 _BAGGAGE = W3CBaggagePropagator()
@@ -67,6 +72,28 @@ class RequestRecord:
         return not self.error and self.status_code == 200
 
 
+def parse_delay(text: str) -> str:
+    """`retrieval=15,prompt=5` checked and written back as the header's value; raises
+    ValueError naming what to change (the gateway itself skips what it cannot read)."""
+    items = []
+    for item in text.split(","):
+        stage, sep, raw = item.partition("=")
+        stage = stage.strip().lower()
+        if not sep or stage not in DELAY_STAGES:
+            raise ValueError(
+                f"--delay: {item.strip()!r} is not STAGE=MS with STAGE one of "
+                f"{', '.join(DELAY_STAGES)}"
+            )
+        try:
+            ms = float(raw)
+        except ValueError:
+            raise ValueError(f"--delay: {raw.strip()!r} is not a number of ms") from None
+        if not 0 < ms <= 10_000:
+            raise ValueError(f"--delay: {stage} must be within 0..10000 ms, got {raw.strip()}")
+        items.append(f"{stage}={ms:g}")
+    return ",".join(items)
+
+
 def _content(chunk: dict[str, Any]) -> str:
     for choice in chunk.get("choices") or []:
         delta = choice.get("delta") or {}
@@ -85,8 +112,10 @@ async def send_chat(
     run_id: str,
     run_start_perf: float,
     api_key: str | None = None,
+    delay: str = "",
 ) -> RequestRecord:
-    """Send one streamed request and time it; never raises for a failed request."""
+    """Send one streamed request and time it; never raises for a failed request. `delay`:
+    the fault header's value (`parse_delay`), sent when not empty."""
     record = RequestRecord(request.index, request.phase, request.scheduled_s, model=model)
     scheduled_perf = run_start_perf + request.scheduled_s
     body = {
@@ -120,6 +149,8 @@ async def send_chat(
     headers: dict[str, str] = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
+    if delay:
+        headers[DELAY_HEADER] = delay
     context = trace.set_span_in_context(span)
     _TRACECONTEXT.inject(headers, context=context)
     _BAGGAGE.inject(headers, context=context)

@@ -112,6 +112,7 @@ class LoadTest:
     verdict_timeout_s: float = 30.0
     ui_url: str = ""
     jaeger_ui: str = ""
+    delay: str = ""  # the fault header sent on every timed request, e.g. `retrieval=15`
 
     @property
     def base(self) -> str:
@@ -154,6 +155,7 @@ class LoadTest:
             run_id=self.run_id,
             max_concurrency=self.max_concurrency,
             api_key=self.api_key,
+            delay=self.delay,
         )
         if self.warmup:
             warm = [
@@ -205,6 +207,7 @@ class LoadTest:
                 "seed": self.seed,
                 "max_concurrency": self.max_concurrency,
                 "warmup": self.warmup,
+                **({"delay": self.delay} if self.delay else {}),
             },
             ui_url=self.ui_url,
             jaeger_ui=self.jaeger_ui,

@@ -26,6 +26,7 @@ class RunSettings:
     max_concurrency: int = 256
     api_key: str | None = None
     timeout_s: float = 60.0
+    delay: str = ""  # the fault header's value on every request (`client.parse_delay`)
 
 
 @dataclass(slots=True)
@@ -108,6 +109,7 @@ async def run_requests(
                         run_id=settings.run_id,
                         run_start_perf=start,
                         api_key=settings.api_key,
+                        delay=settings.delay,
                     )
                 progress.finished += 1
                 progress.errors += not record.ok

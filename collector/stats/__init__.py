@@ -1,5 +1,7 @@
 """Numbers over many traces: exact percentiles and the per-stage summary (`summary`), how
-sure they are (`intervals`), and the per-stage table every command prints (`table`)."""
+sure they are (`intervals`), the per-stage table every command prints (`table`), each
+stage's share of the time to first token and of the blame (`share`), and the round time
+slices figures over time use (`slices`)."""
 
 from spanbudget.collector.stats.intervals import (
     CONFIDENCE,
@@ -12,19 +14,43 @@ from spanbudget.collector.stats.intervals import (
     quantile_interval,
     wilson_interval,
 )
+from spanbudget.collector.stats.share import (
+    UNATTRIBUTED,
+    BudgetShare,
+    Judged,
+    ShareSlice,
+    StageShare,
+    budget_share,
+    share_of,
+    share_over_time,
+)
+from spanbudget.collector.stats.share_table import render_share
+from spanbudget.collector.stats.slices import MAX_SLICES, Slices, slices_for
 from spanbudget.collector.stats.summary import PERCENTILES, StageSummary, percentile
 
 __all__ = [
     "CONFIDENCE",
+    "MAX_SLICES",
     "PERCENTILES",
+    "UNATTRIBUTED",
+    "BudgetShare",
+    "Judged",
+    "ShareSlice",
+    "Slices",
     "SloDecision",
     "SloJudgement",
+    "StageShare",
     "StageSummary",
+    "budget_share",
     "decide_slo",
     "enough_for",
     "judge_slo",
     "min_count",
     "percentile",
     "quantile_interval",
+    "render_share",
+    "share_of",
+    "share_over_time",
+    "slices_for",
     "wilson_interval",
 ]

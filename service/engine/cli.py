@@ -11,7 +11,7 @@ import typer
 
 from spanbudget.extras import exit_unless_installed
 
-__all__ = ["engine"]
+__all__ = ["engine", "engine_app"]
 
 _OVR = "Preset overrides"
 
@@ -21,12 +21,27 @@ def _override(help_text: str) -> Any:
 
 
 def engine(
+    ctx: typer.Context,
     listen: Annotated[str, typer.Option(help="HOST:PORT to listen on.")] = "127.0.0.1:8000",
     model: Annotated[
         str | None, typer.Option(help="Served model name (default: the preset's model).")
     ] = None,
     preset: Annotated[
         str | None, typer.Option(help="Deployment preset; see --list-presets.")
+    ] = None,
+    gpu_profile: Annotated[
+        str | None,
+        typer.Option(
+            help="A GPU profile file (spanbudget engine calibrate) or a shipped one (h200, "
+            "h100, a100, l4), in place of the preset's GPU."
+        ),
+    ] = None,
+    model_config: Annotated[
+        str | None,
+        typer.Option(
+            help="A Hugging Face config.json (or Qwen/Qwen3-8B, ...), in place of the "
+            "preset's model architecture."
+        ),
     ] = None,
     faults: Annotated[
         bool, typer.Option("--faults", help="Honour the x-spanbudget-delay request header.")
@@ -56,6 +71,15 @@ def engine(
             "permitted, so steps keep time on a busy machine) or 'normal'."
         ),
     ] = None,
+    disaggregated: Annotated[
+        bool,
+        typer.Option(
+            "--disaggregated",
+            help="Run as a prefill and a decode instance (two GPUs of the preset's kind), "
+            "the KV cache moved between them over the profile's link; emits vLLM's "
+            "vllm_queue/vllm_prefill/vllm_async_kv_transfer/vllm_decode spans.",
+        ),
+    ] = False,
     list_presets: Annotated[
         bool, typer.Option("--list-presets", help="Print the presets and exit.")
     ] = False,
@@ -80,6 +104,12 @@ def engine(
     max_num_batched_tokens: Annotated[int | None, _override("Token budget per step.")] = None,
     max_num_seqs: Annotated[int | None, _override("Sequences per step.")] = None,
     num_gpu_blocks: Annotated[int | None, _override("KV blocks (0: from memory).")] = None,
+    hidden_size: Annotated[int | None, _override("Hidden size (with --vocab-size).")] = None,
+    vocab_size: Annotated[int | None, _override("Vocabulary (0: no LM-head term).")] = None,
+    attn_mbu: Annotated[float | None, _override("Bandwidth share reading KV (0: mbu).")] = None,
+    layer_overhead_us: Annotated[float | None, _override("Fixed time per layer, µs.")] = None,
+    kv_link_gbs: Annotated[float | None, _override("KV transfer link, GB/s.")] = None,
+    kv_link_latency_ms: Annotated[float | None, _override("KV transfer latency, ms.")] = None,
 ) -> None:
     """Run the engine emulator: vLLM's API and telemetry, latency from a scheduler model.
 
@@ -88,14 +118,25 @@ def engine(
     model, so requests queue and slow down under load as on real vLLM. Spans go where
     OTEL_EXPORTER_OTLP_ENDPOINT says (default http://127.0.0.1:4318).
 
+    Without a subcommand it serves; `calibrate` fits a GPU profile to measured step times
+    or vLLM spans, `predict` prints modelled step times.
+
     Example:
 
         spanbudget engine --listen 127.0.0.1:8000 --preset qwen3-8b-a100 --faults
 
         spanbudget engine --preset qwen3-8b-h100 --mfu 0.3 --stall 30:500 --drop-rate 0.01
+
+        spanbudget engine --preset qwen3-8b-h200 --disaggregated --faults
+
+        spanbudget engine --gpu-profile my-h100.json --model-config config.json
     """
+    if ctx.invoked_subcommand is not None:
+        return
     exit_unless_installed("engine")
     from spanbudget.service.engine.faults import FaultError
+    from spanbudget.service.engine.gpu_profile import ProfileError
+    from spanbudget.service.engine.model_arch import ModelConfigError
     from spanbudget.service.engine.presets import PresetError, preset_parameters
     from spanbudget.service.engine.settings import EngineSettings
 
@@ -108,6 +149,8 @@ def engine(
         "listen": listen,
         "model": model,
         "preset": preset,
+        "gpu_profile": gpu_profile,
+        "model_config_file": model_config,
         "seed": seed,
         "stalls": stall or None,
         "error_rate": error_rate,
@@ -117,6 +160,8 @@ def engine(
     }
     if faults:
         given["faults"] = True
+    if disaggregated:
+        overrides["disaggregated"] = True
     try:
         settings = EngineSettings(
             **{k: v for k, v in given.items() if v is not None}, preset_overrides=overrides
@@ -127,7 +172,13 @@ def engine(
         resolved = settings.resolved_preset()
         settings.stall_schedule()
         settings.host_port()  # a bad --listen is a usage error before anything loads
-    except (PresetError, FaultError, ValueError) as exc:  # pydantic's errors are ValueErrors
+    except (
+        PresetError,
+        FaultError,
+        ProfileError,
+        ModelConfigError,
+        ValueError,
+    ) as exc:  # pydantic's errors are ValueErrors
         raise typer.BadParameter(str(exc)) from None
     _serve(settings, resolved)
 
@@ -140,7 +191,8 @@ def _print_presets() -> None:
     from spanbudget.terminal import make_console, print_wide
 
     table = Table(title="engine emulator presets (modelled)")
-    for column in ("preset", "deployment", "prefill 500 tok ms", "decode step b=1 ms", "KV tokens"):
+    columns = ("preset", "deployment", "prefill 500 tok ms", "decode step b=1 ms", "KV tokens")
+    for column in (*columns, "efficiencies from"):
         table.add_column(column)
     for name, p in PRESETS.items():
         perf = PerfModel(p)
@@ -152,8 +204,22 @@ def _print_presets() -> None:
             f"{perf.prefill_seconds(500) * 1e3:.1f}",
             f"{decode_ms:.1f}",
             f"{p.kv_capacity_blocks * p.block_size:,}",
+            p.source,
         )
     print_wide(make_console(), table)
+
+
+engine_app = typer.Typer(name="engine", no_args_is_help=False)
+engine_app.callback(invoke_without_command=True)(engine)
+
+
+def _register() -> None:
+    from spanbudget.service.engine.model_cli import predict
+
+    engine_app.command()(predict)  # `calibrate` reads traces: registered by spanbudget/cli.py
+
+
+_register()
 
 
 def _serve(settings: Any, preset: Any) -> None:

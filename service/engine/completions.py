@@ -325,6 +325,7 @@ def prepare(
         arrival=arrival,
         queue_delay=delays.get("queue", 0.0),
         prefill_delay=delays.get("prefill", 0.0),
+        kv_transfer_delay=delays.get("kv_transfer", 0.0),
         faults=faults,
     )
 

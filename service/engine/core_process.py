@@ -50,6 +50,9 @@ class _TokenRow(NamedTuple):
     finished: bool
     queued_ts: float | None
     scheduled_ts: float | None
+    prefilled_ts: float | None
+    kv_sent_ts: float | None
+    kv_arrived_ts: float | None
     first_token_ts: float | None
     last_token_ts: float | None
     finished_ts: float | None
@@ -144,8 +147,8 @@ class _PipeCore(EngineLoop):
                 self._by_id.pop(s.request_id, None)
             rows.append(
                 _TokenRow(s.request_id, event.index, event.time, event.finished, s.queued_ts,
-                          s.scheduled_ts, s.first_token_ts, s.last_token_ts, s.finished_ts,
-                          s.num_output)
+                          s.scheduled_ts, s.prefilled_ts, s.kv_sent_ts, s.kv_arrived_ts,
+                          s.first_token_ts, s.last_token_ts, s.finished_ts, s.num_output)
             )  # fmt: skip
         summary = _Summary(
             stats.num_running,
@@ -334,7 +337,8 @@ class ProcessEngineLoop:
             return
         seq, sink = entry
         seq.queued_ts, seq.scheduled_ts = row.queued_ts, row.scheduled_ts
-        seq.first_token_ts = row.first_token_ts
+        seq.prefilled_ts, seq.first_token_ts = row.prefilled_ts, row.first_token_ts
+        seq.kv_sent_ts, seq.kv_arrived_ts = row.kv_sent_ts, row.kv_arrived_ts
         seq.last_token_ts, seq.finished_ts = row.last_token_ts, row.finished_ts
         seq.num_output = row.num_output
         sink.on_token(TokenEvent(seq, row.token_index, row.time, row.finished))

@@ -1,6 +1,7 @@
 """Injected trouble for drills and load tests: per-request delays, stalls, errors, drops.
 
-`x-spanbudget-delay: queue=50,prefill=40` (ms) is honoured only when faults are on; the
+`x-spanbudget-delay: queue=50,prefill=40,kv_transfer=40` (ms) is honoured only when faults
+are on (`kv_transfer` only on a disaggregated engine, which moves KV caches); the
 scheduled stalls and the error/drop shares are explicit settings of their own.
 """
 
@@ -25,7 +26,7 @@ __all__ = [
     "parse_stall",
 ]
 
-ENGINE_DELAY_KEYS = ("queue", "prefill")
+ENGINE_DELAY_KEYS = ("queue", "prefill", "kv_transfer")
 
 
 class FaultError(ServiceError, ValueError):

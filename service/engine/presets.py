@@ -10,9 +10,19 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from spanbudget.service.engine.gpu_profile import GpuProfile
+from spanbudget.service.engine.model_arch import ModelArch
 from spanbudget.service.errors import ServiceError
 
-__all__ = ["DEFAULT_PRESET", "PRESETS", "Preset", "PresetError", "get_preset", "preset_parameters"]
+__all__ = [
+    "DEFAULT_PRESET",
+    "PRESETS",
+    "Preset",
+    "PresetError",
+    "compose_preset",
+    "get_preset",
+    "preset_parameters",
+]
 
 _GB = 1e9
 
@@ -50,6 +60,16 @@ class Preset:
     mfu: float  # achieved share of peak FLOP/s in a step
     mbu: float  # achieved share of peak memory bandwidth in a step
     step_overhead_ms: float  # per-step CPU scheduling, launch and (with TP) all-reduce latency
+    # Refinements of the step-time model (perf_model.py); their defaults give the plain
+    # roofline: all parameters as layer weights, the KV cache read at `mbu`, no layer floor.
+    hidden_size: int = 0  # with vocab_size: the embedding and LM head, not per-token matmuls
+    vocab_size: int = 0
+    tie_word_embeddings: bool = False
+    attn_mbu: float = 0.0  # share of peak bandwidth reading the KV cache (0: mbu)
+    layer_overhead_us: float = 0.0  # fixed kernel time per layer and step
+    kv_link_gbs: float = 50.0  # KV-cache link to another instance, GB/s
+    kv_link_latency_ms: float = 0.5  # its per-transfer latency
+    disaggregated: bool = False  # a prefill and a decode instance (scheduler.py)
     gpu_memory_utilization: float = 0.9  # vLLM's default
     reserved_gb_per_gpu: float = 2.0  # activations, CUDA graphs, non-torch memory
     block_size: int = 16  # vLLM's default KV-cache block size on CUDA
@@ -57,6 +77,7 @@ class Preset:
     max_num_seqs: int = 1024
     num_gpu_blocks: int = 0  # 0: derived from memory, as vLLM's profiler does
     chat_template: str = "qwen3"  # how chat messages become the prompt (generation.py)
+    source: str = ""  # where the efficiencies come from, and the fit's error
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -66,8 +87,8 @@ class Preset:
         for name in ("num_gpus", "num_layers", "num_heads", "num_kv_heads", "head_dim"):
             if getattr(self, name) < 1:
                 raise PresetError(f"{name} must be at least 1")
-        if not 0 < self.mfu <= 1 or not 0 < self.mbu <= 1:
-            raise PresetError("mfu and mbu must lie in (0, 1]")
+        if not 0 < self.mfu <= 1 or not 0 < self.mbu <= 1 or not 0 <= self.attn_mbu <= 1:
+            raise PresetError("mfu and mbu must lie in (0, 1], attn_mbu in [0, 1]")
         if self.block_size < 1 or self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
             raise PresetError("block_size, max_num_batched_tokens and max_num_seqs must be >= 1")
         if self.chat_template not in ("qwen3", "qwen2.5"):
@@ -92,6 +113,59 @@ class Preset:
         free_bytes = self.num_gpus * per_gpu * _GB - self.weight_bytes_total
         return max(0, math.floor(free_bytes / (self.kv_bytes_per_token * self.block_size)))
 
+    def recomposed(self, profile: GpuProfile | None, arch: ModelArch | None) -> Preset:
+        """This preset's engine limits on another GPU profile and/or model architecture."""
+        limits = {
+            name: getattr(self, name)
+            for name in (
+                "gpu_memory_utilization",
+                "reserved_gb_per_gpu",
+                "block_size",
+                "max_num_batched_tokens",
+                "max_num_seqs",
+                "num_gpu_blocks",
+                "chat_template",
+                "kv_cache_bytes",
+                "disaggregated",
+            )
+        }
+        if arch is None:
+            arch = ModelArch(
+                model=self.model,
+                hidden_size=self.hidden_size,
+                intermediate_size=0,
+                num_layers=self.num_layers,
+                num_heads=self.num_heads,
+                num_kv_heads=self.num_kv_heads,
+                head_dim=self.head_dim,
+                vocab_size=self.vocab_size,
+                tie_word_embeddings=self.tie_word_embeddings,
+                weight_bytes=self.weight_bytes,
+                max_model_len=self.max_model_len,
+            )
+            preset = compose_preset(profile or self.profile(), arch, **limits)
+            return dataclasses.replace(preset, params_b=self.params_b)
+        return compose_preset(profile or self.profile(), arch, **limits)
+
+    def profile(self) -> GpuProfile:
+        """This preset's GPU profile."""
+        return GpuProfile(
+            name=self.gpu_name,
+            gpu_name=self.gpu_name,
+            num_gpus=self.num_gpus,
+            peak_tflops=self.peak_tflops,
+            hbm_bandwidth_gbs=self.hbm_bandwidth_gbs,
+            hbm_gb=self.hbm_gb,
+            mfu=self.mfu,
+            mbu=self.mbu,
+            attn_mbu=self.attn_mbu or self.mbu,
+            layer_overhead_us=self.layer_overhead_us,
+            step_overhead_ms=self.step_overhead_ms,
+            kv_link_gbs=self.kv_link_gbs,
+            kv_link_latency_ms=self.kv_link_latency_ms,
+            source=self.source,
+        )
+
     def with_overrides(self, overrides: dict[str, Any]) -> Preset:
         """A copy with some fields replaced; unknown names raise `PresetError`."""
         known = {field.name for field in dataclasses.fields(self)}
@@ -101,102 +175,106 @@ class Preset:
         return dataclasses.replace(self, **overrides)
 
 
-# Sources.
-# GPUs (NVIDIA datasheets; the datasheets quote sparse Tensor Core figures, halved here):
-#   H100 SXM5 80 GB: BF16 989 TFLOPS, FP8 1,979 TFLOPS dense; HBM3 3.35 TB/s.
-#     https://www.nvidia.com/en-us/data-center/h100/
-#   A100 SXM4 80 GB: BF16 312 TFLOPS dense; HBM2e 2,039 GB/s.
-#     https://www.nvidia.com/en-us/data-center/a100/
-#   L4 24 GB: BF16 121 TFLOPS dense (242 with sparsity); GDDR6 300 GB/s.
-#     https://www.nvidia.com/en-us/data-center/l4/
-# Models (config.json and model cards on Hugging Face):
-#   Qwen/Qwen3-8B: 8.2 B parameters, 36 layers, 32 query / 8 KV heads, head_dim 128,
-#     max_position_embeddings 40,960. https://huggingface.co/Qwen/Qwen3-8B
-#   Qwen/Qwen2.5-72B-Instruct: 72.7 B parameters, 80 layers, 64 query / 8 KV heads,
-#     head_dim 128, 32,768 context; FP8 weights as vLLM's `--quantization fp8` makes them.
-#     https://huggingface.co/Qwen/Qwen2.5-72B-Instruct
-# Engine limits: vLLM V1 defaults for `vllm serve` (engine/arg_utils.py): 8,192 batched
-#   tokens and 1,024 sequences on GPUs with >= 70 GiB, 2,048 and 256 below that.
-# Efficiencies are estimates, not measurements: large-GEMM prefill reaches roughly half of
-#   dense peak and decode about three quarters of HBM bandwidth in published vLLM profiles;
-#   the step overhead stands for CPU scheduling and kernel launches (plus all-reduces
-#   across 80 layers with TP=4).
-_QWEN3_8B: dict[str, Any] = {
-    "model": "Qwen/Qwen3-8B",
-    "params_b": 8.2,
-    "num_layers": 36,
-    "num_heads": 32,
-    "num_kv_heads": 8,
-    "head_dim": 128,
-    "weight_bytes": 2.0,
-    "kv_cache_bytes": 2.0,
-    "max_model_len": 40960,
-    "mfu": 0.5,
-    "mbu": 0.75,
-}
+def compose_preset(
+    profile: GpuProfile,
+    arch: ModelArch,
+    *,
+    name: str = "",
+    description: str = "",
+    **engine: Any,
+) -> Preset:
+    """A preset from a GPU profile and a model architecture (plus engine limits, if any)."""
+    fit = ", ".join(f"{kind} MAPE {value:.1f} %" for kind, value in profile.fit.items())
+    source = "; ".join(part for part in (profile.source, fit) if part)
+    return Preset(
+        name=name or f"{profile.name}+{arch.model}",
+        description=description or f"{arch.model} on {profile.num_gpus}x {profile.gpu_name}",
+        model=arch.model,
+        gpu_name=profile.gpu_name,
+        num_gpus=profile.num_gpus,
+        peak_tflops=profile.peak_tflops,
+        hbm_bandwidth_gbs=profile.hbm_bandwidth_gbs,
+        hbm_gb=profile.hbm_gb,
+        params_b=arch.params / 1e9,
+        num_layers=arch.num_layers,
+        num_heads=arch.num_heads,
+        num_kv_heads=arch.num_kv_heads,
+        head_dim=arch.head_dim,
+        weight_bytes=arch.weight_bytes,
+        kv_cache_bytes=engine.pop("kv_cache_bytes", 2.0),
+        max_model_len=engine.pop("max_model_len", arch.max_model_len),
+        mfu=profile.mfu,
+        mbu=profile.mbu,
+        step_overhead_ms=profile.step_overhead_ms,
+        hidden_size=arch.hidden_size,
+        vocab_size=arch.vocab_size,
+        tie_word_embeddings=arch.tie_word_embeddings,
+        attn_mbu=profile.attn_mbu,
+        layer_overhead_us=profile.layer_overhead_us,
+        kv_link_gbs=profile.kv_link_gbs,
+        kv_link_latency_ms=profile.kv_link_latency_ms,
+        source=source,
+        **engine,
+    )
 
-PRESETS: dict[str, Preset] = {
-    preset.name: preset
-    for preset in (
-        Preset(
+
+# Each preset is a GPU profile and a model config (profiles.py holds both, with sources)
+# plus vLLM's engine limits: the V1 defaults for `vllm serve` (engine/arg_utils.py), 8,192
+# batched tokens and 1,024 sequences on GPUs with >= 70 GiB, 2,048 and 256 below that.
+# The fit error is against the H200 fixture's kernel times (docs/engine-calibration.md).
+def _presets() -> dict[str, Preset]:
+    from spanbudget.service.engine.profiles import get_gpu_profile, get_model_arch
+
+    qwen3_8b = get_model_arch("Qwen/Qwen3-8B")
+    qwen3_32b = get_model_arch("Qwen/Qwen3-32B")
+    qwen25_72b = get_model_arch("Qwen/Qwen2.5-72B-Instruct")
+    built = (
+        compose_preset(
+            get_gpu_profile("h100"),
+            qwen3_8b,
             name="qwen3-8b-h100",
             description="Qwen3-8B bf16 on one H100 SXM 80 GB",
-            gpu_name="H100 SXM5 80GB",
-            num_gpus=1,
-            peak_tflops=989.0,
-            hbm_bandwidth_gbs=3350.0,
-            hbm_gb=80.0,
-            step_overhead_ms=1.0,
-            **_QWEN3_8B,
         ),
-        Preset(
+        compose_preset(
+            get_gpu_profile("h200"),
+            qwen3_8b,
+            name="qwen3-8b-h200",
+            description="Qwen3-8B bf16 on one H200 SXM 141 GB (fitted to measurements)",
+        ),
+        compose_preset(
+            get_gpu_profile("h200"),
+            qwen3_32b,
+            name="qwen3-32b-h200",
+            description="Qwen3-32B bf16 on one H200 SXM 141 GB (fitted to measurements)",
+        ),
+        compose_preset(
+            get_gpu_profile("4xh100-fp8"),
+            qwen25_72b,
             name="qwen2.5-72b-fp8-4xh100",
             description="Qwen2.5-72B-Instruct FP8 on four H100 SXM 80 GB, tensor parallel 4",
-            model="Qwen/Qwen2.5-72B-Instruct",
-            gpu_name="H100 SXM5 80GB",
-            num_gpus=4,
-            peak_tflops=1979.0,
-            hbm_bandwidth_gbs=3350.0,
-            hbm_gb=80.0,
-            params_b=72.7,
-            num_layers=80,
-            num_heads=64,
-            num_kv_heads=8,
-            head_dim=128,
-            weight_bytes=1.0,
-            kv_cache_bytes=2.0,
             max_model_len=32768,
-            mfu=0.4,
-            mbu=0.7,
-            step_overhead_ms=2.5,
             chat_template="qwen2.5",
         ),
-        Preset(
+        compose_preset(
+            get_gpu_profile("a100"),
+            qwen3_8b,
             name="qwen3-8b-a100",
             description="Qwen3-8B bf16 on one A100 SXM 80 GB",
-            gpu_name="A100 SXM4 80GB",
-            num_gpus=1,
-            peak_tflops=312.0,
-            hbm_bandwidth_gbs=2039.0,
-            hbm_gb=80.0,
-            step_overhead_ms=1.5,
-            **_QWEN3_8B,
         ),
-        Preset(
+        compose_preset(
+            get_gpu_profile("l4"),
+            qwen3_8b,
             name="qwen3-8b-l4",
             description="Qwen3-8B bf16 on one L4 24 GB (a small cloud inference GPU)",
-            gpu_name="L4 24GB",
-            num_gpus=1,
-            peak_tflops=121.0,
-            hbm_bandwidth_gbs=300.0,
-            hbm_gb=24.0,
-            step_overhead_ms=1.5,
+            max_model_len=16384,
             max_num_batched_tokens=2048,
             max_num_seqs=256,
-            **{**_QWEN3_8B, "max_model_len": 16384},
         ),
     )
-}
+    return {preset.name: preset for preset in built}
+
+
+PRESETS: dict[str, Preset] = _presets()
 
 DEFAULT_PRESET = "qwen3-8b-h100"
 

@@ -30,7 +30,7 @@ from spanbudget.service.engine.metrics import EngineMetrics
 from spanbudget.service.engine.perf_model import PerfModel
 from spanbudget.service.engine.presets import Preset
 from spanbudget.service.engine.scheduler import RequestTimings, Scheduler, Sequence, TokenEvent
-from spanbudget.service.engine.tracing import RequestSpanInfo, RequestTracer
+from spanbudget.service.engine.tracing import RequestSpanInfo, RequestTracer, phase_spans
 from spanbudget.service.errors import ServiceError
 
 __all__ = ["ArrivalTime", "EngineRuntime", "PreparedRequest", "PromptTooLong", "RequestStream"]
@@ -65,6 +65,7 @@ class PreparedRequest:
     arrival: ArrivalTime
     queue_delay: float = 0.0
     prefill_delay: float = 0.0
+    kv_transfer_delay: float = 0.0
     faults: RequestFaults = dataclasses.field(default_factory=RequestFaults)
 
 
@@ -95,10 +96,17 @@ class RequestStream:
             metrics.on_next_token(event.time - self._last_token_time)
         self._last_token_time = event.time
         if event.finished:
+            disaggregated = self._runtime.preset.disaggregated
             self.timings = RequestTimings.of(
-                self.sequence, first_token_seen=self._first_token_seen, finished_seen=seen
+                self.sequence,
+                first_token_seen=self._first_token_seen,
+                finished_seen=seen,
+                disaggregated=disaggregated,
             )
-            self._runtime.tracer.emit(self.span, self.timings)
+            phases = None
+            if disaggregated:
+                phases = phase_spans(self.sequence)
+            self._runtime.tracer.emit(self.span, self.timings, phases)
             metrics.on_finished(self.timings, self.request.plan.finish_reason)
         self._queue.put_nowait(event)
 
@@ -225,6 +233,7 @@ class EngineRuntime:
             arrival=request.arrival.monotonic,
             queue_delay=request.queue_delay,
             prefill_delay=request.prefill_delay,
+            kv_transfer_delay=request.kv_transfer_delay,
         )
         stream = RequestStream(self, request, seq, span)
         self.loop.submit(seq, stream)

@@ -26,7 +26,8 @@ class Sequence:
     when the core's scheduler took it (vLLM's QUEUED event). `output_tokens` is how many
     tokens the request will generate in all; `queue_delay` and `prefill_delay` (seconds) are
     injected faults: extra time held in the queue, and extra time between the end of prefill
-    and the first token.
+    and the first token; `kv_transfer_delay` slows the KV cache's move to the decode
+    instance when the engine runs disaggregated. `prefilled_ts` is when its prefill ended.
     """
 
     request_id: str
@@ -35,12 +36,19 @@ class Sequence:
     arrival: float
     queue_delay: float = 0.0
     prefill_delay: float = 0.0
+    kv_transfer_delay: float = 0.0
     num_computed: int = 0
     num_output: int = 0
     num_blocks: int = 0
     num_preemptions: int = 0
     queued_ts: float | None = None
     scheduled_ts: float | None = None
+    prefilled_ts: float | None = None
+    # Disaggregated: when the prefill instance sent the KV cache (after any injected prefill
+    # delay) and when it arrived at the decode instance, which then takes the sequence into
+    # its next step.
+    kv_sent_ts: float | None = None
+    kv_arrived_ts: float | None = None
     first_token_ts: float | None = None
     last_token_ts: float | None = None
     finished_ts: float | None = None
@@ -89,10 +97,15 @@ class RequestTimings:
         *,
         first_token_seen: float | None = None,
         finished_seen: float | None = None,
+        disaggregated: bool = False,
     ) -> RequestTimings:
         """`first_token_seen` and `finished_seen` are when the API server handled the first
         and the last output, where vLLM's output handler takes its IterationStats timestamp;
-        without them (the offline simulation) the core's own times stand in."""
+        without them (the offline simulation) the core's own times stand in.
+
+        `disaggregated`: the prefill is the prefill instance's (first scheduled to prefill
+        done); the KV cache's transfer after it is in the time to first token, and in
+        the `vllm_async_kv_transfer` span, but in no phase attribute."""
         if (
             seq.queued_ts is None
             or seq.scheduled_ts is None
@@ -101,6 +114,9 @@ class RequestTimings:
         ):
             raise ValueError(f"sequence {seq.request_id} has not produced a token")
         first_token = seq.first_token_ts if first_token_seen is None else first_token_seen
+        prefill_end = seq.first_token_ts
+        if disaggregated and seq.prefilled_ts is not None:
+            prefill_end = seq.prefilled_ts
         end = seq.finished_ts if seq.finished_ts is not None else seq.last_token_ts
         end = end if finished_seen is None else finished_seen
         return cls(
@@ -108,7 +124,7 @@ class RequestTimings:
             completion_tokens=seq.num_output,
             time_in_queue=seq.scheduled_ts - seq.queued_ts,
             time_to_first_token=first_token - seq.arrival,
-            time_in_model_prefill=seq.first_token_ts - seq.scheduled_ts,
+            time_in_model_prefill=prefill_end - seq.scheduled_ts,
             time_in_model_decode=seq.last_token_ts - seq.first_token_ts,
             time_in_model_inference=seq.last_token_ts - seq.scheduled_ts,
             e2e=end - seq.arrival,
@@ -151,11 +167,22 @@ class SchedulerStats:
 
 
 class Scheduler:
-    """Decides each step's batch and advances sequences when the step completes."""
+    """Decides each step's batch and advances sequences when the step completes.
+
+    Disaggregated (`preset.disaggregated`): a prefill instance and a decode instance, each
+    on its own GPU of the preset's kind, step side by side. A step's prefill work runs on
+    one and its decode work on the other, and the step lasts as long as the slower of the
+    two. A finished prefill hands its KV cache to the decode instance over the link
+    (`kv_transfer_seconds`); the first token goes out when the cache has arrived. The
+    two instances' KV caches are counted as one pool.
+    """
 
     def __init__(self, perf: PerfModel) -> None:
         preset = perf.preset
         self.perf = perf
+        self.disaggregated = preset.disaggregated
+        self._link_latency = preset.kv_link_latency_ms / 1e3
+        self._link_seconds_per_token = preset.kv_bytes_per_token / (preset.kv_link_gbs * 1e9)
         self.block_size = preset.block_size
         self.total_blocks = preset.kv_capacity_blocks
         self.max_num_batched_tokens = preset.max_num_batched_tokens
@@ -254,8 +281,18 @@ class Scheduler:
         self._update_stats()
         if not entries:
             return None
-        cost = self.perf.step_seconds(BatchEntry(n, s.num_computed) for s, n in entries)
+        if self.disaggregated:  # two GPUs side by side: prefill work, and the rest
+            prefill = [BatchEntry(n, s.num_computed) for s, n in entries if s.num_output == 0]
+            decode = [BatchEntry(n, s.num_computed) for s, n in entries if s.num_output > 0]
+            cost = max(self.perf.step_seconds(prefill), self.perf.step_seconds(decode))
+        else:
+            cost = self.perf.step_seconds(BatchEntry(n, s.num_computed) for s, n in entries)
         return Step(now, tuple(entries), cost, tuple(preempted))
+
+    def kv_transfer_seconds(self, prompt_tokens: int) -> float:
+        """Moving a prompt's KV cache between instances: the link's latency, then its bytes
+        (every layer's keys and values) at the link's bandwidth."""
+        return self._link_latency + prompt_tokens * self._link_seconds_per_token
 
     def complete(self, step: Step, end: float) -> list[TokenEvent]:
         """Advance the step's sequences; one whose known tokens are all computed samples a token."""
@@ -267,11 +304,19 @@ class Scheduler:
             if seq.tokens_to_compute > 0:
                 continue  # a prefill chunk, more to come
             seq.num_output += 1
-            if seq.num_output == 1 and seq.prefill_delay > 0 and seq.first_token_ts is None:
-                seq.hold_until = end + seq.prefill_delay
-                self.running.remove(seq)
-                self.held.append(seq)
-                continue
+            if seq.num_output == 1 and seq.first_token_ts is None:
+                seq.prefilled_ts = end
+                hold = seq.prefill_delay
+                if self.disaggregated:
+                    seq.kv_sent_ts = end + seq.prefill_delay
+                    moved = self.kv_transfer_seconds(seq.prompt_tokens) + seq.kv_transfer_delay
+                    seq.kv_arrived_ts = seq.kv_sent_ts + moved
+                    hold += moved
+                if hold > 0:
+                    seq.hold_until = end + hold
+                    self.running.remove(seq)
+                    self.held.append(seq)
+                    continue
             events.append(self._emit(seq, end))
         self._update_stats()
         return events

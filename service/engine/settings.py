@@ -24,6 +24,10 @@ class EngineSettings(BaseSettings):
     model: str | None = None  # served model name; the preset's model when unset
     preset: str = DEFAULT_PRESET
     preset_overrides: dict[str, Any] = Field(default_factory=dict)
+    # A GPU profile (file or shipped name) and a config.json (file or shipped name) in
+    # place of the preset's own; the preset still gives the engine limits.
+    gpu_profile: str | None = None
+    model_config_file: str | None = None
     faults: bool = Field(
         default=False,
         validation_alias=AliasChoices("faults", "SPANBUDGET_FAULTS", "SPANBUDGET_ENGINE_FAULTS"),
@@ -39,10 +43,20 @@ class EngineSettings(BaseSettings):
     drop_rate: float = Field(default=0.0, ge=0.0, le=1.0)
 
     def resolved_preset(self) -> Preset:
-        return get_preset(self.preset).with_overrides(self.preset_overrides)
+        return self._base_preset().with_overrides(self.preset_overrides)
 
     def served_model(self) -> str:
-        return self.model or get_preset(self.preset).model
+        return self.model or self._base_preset().model
+
+    def _base_preset(self) -> Preset:
+        preset = get_preset(self.preset)
+        if self.gpu_profile is None and self.model_config_file is None:
+            return preset
+        from spanbudget.service.engine.profiles import resolve_gpu_profile, resolve_model_arch
+
+        profile = resolve_gpu_profile(self.gpu_profile) if self.gpu_profile else None
+        arch = resolve_model_arch(self.model_config_file) if self.model_config_file else None
+        return preset.recomposed(profile, arch)
 
     def stall_schedule(self) -> StallSchedule:
         return StallSchedule(parse_stall(spec) for spec in self.stalls)

@@ -25,6 +25,7 @@ class Arrival:
     output_tokens: int
     queue_delay: float = 0.0
     prefill_delay: float = 0.0
+    kv_transfer_delay: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def simulate(
             a = pending[index]
             seq = Sequence(
                 f"sim-{index}", a.prompt_tokens, a.output_tokens, a.time, a.queue_delay,
-                a.prefill_delay,
+                a.prefill_delay, a.kv_transfer_delay,
             )  # fmt: skip
             scheduler.add(seq, now)  # as the real core does: in between steps
             sequences.append(seq)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from spanbudget.semconv import (
@@ -31,13 +31,15 @@ from spanbudget.semconv import (
     GEN_AI_USAGE_PROMPT_TOKENS,
     VLLM_REQUEST_SPAN,
 )
-from spanbudget.service.engine.scheduler import RequestTimings
+from spanbudget.service.engine.scheduler import RequestTimings, Sequence
 
 __all__ = [
+    "PHASE_SPANS",
     "TRACER_NAME",
     "TRACE_HEADERS",
     "RequestSpanInfo",
     "RequestTracer",
+    "phase_spans",
     "trace_headers",
 ]
 
@@ -45,6 +47,31 @@ TRACER_NAME = "vllm.tracing.otel"  # vLLM's tracer is `trace.get_tracer(__name__
 TRACE_HEADERS = ("traceparent", "tracestate")
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+
+# The request-lifecycle spans of vLLM's tracing proposal (vllm-project/vllm PR #44402),
+# children of `llm_request`: time in the queue, in prefill, waiting for the KV cache from
+# the prefill instance (WAITING_FOR_REMOTE_KVS), and in decode.
+PHASE_SPANS = ("vllm_queue", "vllm_prefill", "vllm_async_kv_transfer", "vllm_decode")
+
+
+def phase_spans(seq: Sequence) -> list[tuple[str, float, float]]:
+    """A disaggregated request's phases as (span name, start, end), in seconds from its
+    arrival; a phase that did not advance is left out.
+
+    The KV transfer lasts from the prefill instance's send to the cache's arrival at the
+    decode instance (vLLM's WAITING_FOR_REMOTE_KVS); decode starts there, so the wait for
+    the decode instance's next step and the first token's way to the API server are
+    decode's.
+    """
+    marks = (seq.queued_ts, seq.scheduled_ts, seq.kv_sent_ts, seq.kv_arrived_ts)
+    if any(mark is None for mark in marks) or seq.last_token_ts is None:
+        return []
+    bounds = [float(mark) - seq.arrival for mark in (*marks, seq.last_token_ts)]  # type: ignore[arg-type]
+    return [
+        (name, start, end)
+        for name, start, end in zip(PHASE_SPANS, bounds, bounds[1:], strict=False)
+        if end > start
+    ]
 
 
 def trace_headers(headers: Mapping[str, str]) -> dict[str, str] | None:
@@ -78,7 +105,13 @@ class RequestTracer:
     def __init__(self, provider: TracerProvider) -> None:
         self._tracer = provider.get_tracer(TRACER_NAME)
 
-    def emit(self, info: RequestSpanInfo, timings: RequestTimings) -> None:
+    def emit(
+        self,
+        info: RequestSpanInfo,
+        timings: RequestTimings,
+        phases: list[tuple[str, float, float]] | None = None,
+    ) -> None:
+        """The `llm_request` span, and `phases` (from `phase_spans`) as its children."""
         # A fresh Context, never the current one: without headers the span is a root.
         parent = Context()
         if info.trace_headers:
@@ -109,4 +142,15 @@ class RequestTracer:
         for key, value in optional.items():
             if value:
                 span.set_attribute(key, value)
+        if phases:
+            context = set_span_in_context(span, Context())
+            for name, start, end in phases:
+                child = self._tracer.start_span(
+                    name,
+                    kind=SpanKind.INTERNAL,
+                    context=context,
+                    start_time=info.arrival_time_ns + round(start * 1e9),
+                    attributes={GEN_AI_REQUEST_ID: info.request_id},
+                )
+                child.end(end_time=info.arrival_time_ns + round(end * 1e9))
         span.end()

@@ -38,6 +38,9 @@ SHAPES = [
     ("chat m", SpanKind.CLIENT, "rag-gateway", {"gen_ai.operation.name": "chat"}),
     ("POST", SpanKind.CLIENT, "rag-gateway", {}),
     ("llm_request", SpanKind.SERVER, "vllm", {}),
+    # vLLM's per-phase spans: under a llm_request they replace the phases it reads.
+    ("vllm_prefill", SpanKind.INTERNAL, "vllm", {}),
+    ("vllm_async_kv_transfer", SpanKind.INTERNAL, "vllm", {}),
     ("cache.get", SpanKind.INTERNAL, "redis", {}),
     ("GET /healthz", SpanKind.SERVER, "other", {}),
     # Producers and consumers: a consumer under a producer is off the critical path.

@@ -6,7 +6,6 @@ the latest overruns; it returns what the template shows.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,25 +15,42 @@ from markupsafe import Markup
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.charts import (
     BandRow,
+    ShareRow,
     histogram,
     p95_panels,
     round_edges,
+    share_bars,
+    share_panels,
     stage_bands,
 )
 from spanbudget.collector.live.verdict_columns import ColumnSelection
-from spanbudget.collector.stats import min_count
-
-__all__ = ["Overview", "Slices", "build_overview", "excesses", "slices_for", "ttft_edges"]
-
-MAX_SLICES = 36
-HISTOGRAM_BINS = 40
-# Slice widths the over-time chart picks from, seconds: round ones, so slices line up with
-# the clock (…, 10 s, 15 s, 30 s, 1 min, …, 1 h, …, 1 d).
-_WIDTHS = (
-    *(1, 2, 5, 10, 15, 30),  # seconds
-    *(60, 120, 300, 600, 900, 1800),  # minutes
-    *(3600, 7200, 10800, 21600, 43200, 86400),  # hours, a day
+from spanbudget.collector.stats import (
+    MAX_SLICES,
+    BudgetShare,
+    Slices,
+    min_count,
+    slices_for,
 )
+
+__all__ = [
+    "MAX_SLICES",
+    "SLICE_MIN_OVERRUNS",
+    "Overview",
+    "Slices",
+    "build_overview",
+    "excesses",
+    "overview_slices",
+    "period_text",
+    "share_charts",
+    "slices_for",
+    "ttft_edges",
+    "window_share",
+]
+
+HISTOGRAM_BINS = 40
+# A slice's share of the blame is drawn only from this many overruns on: one overrun in a
+# slice would draw 100 % for its stage and a cliff to the next slice.
+SLICE_MIN_OVERRUNS = 5
 
 
 @dataclass(frozen=True)
@@ -49,6 +65,9 @@ class Overview:
     histogram_svg: Markup
     panels_svg: Markup
     slices: Slices
+    share: BudgetShare  # each stage's share of the TTFT and of the blame, per slice too
+    share_svg: Markup
+    share_panels_svg: Markup
     firing: list[Mapping[str, Any]]
     pending: int
     overruns: list[Mapping[str, Any]]
@@ -60,46 +79,89 @@ class Overview:
     def slo_met(self) -> bool | None:
         return None if self.within_limits is None else self.within_limits >= self.objective
 
-
-@dataclass(frozen=True, slots=True)
-class Slices:
-    """The over-time chart's slices: `count` of `width` seconds from `start`, sized so
-    that each holds on average the `per_slice` traces a p95 needs to be bounded."""
-
-    start: float
-    width: float
-    count: int
-    per_slice: int
-
     @property
-    def end(self) -> float:
-        return self.start + self.width * self.count
+    def slice_min_overruns(self) -> int:
+        return SLICE_MIN_OVERRUNS
 
-    def describe(self) -> str:
-        """`15 s`, `5 min`, `1 h`: the width for people."""
-        w = int(self.width)
-        if w % 3600 == 0:
-            return f"{w // 3600} h"
-        if w % 60 == 0:
-            return f"{w // 60} min"
-        return f"{w} s"
+    def share_sentence(self, since: str, run_id: str | None = None) -> str:
+        """`In the last 15 min, retrieval took 31 % of the time to first token and 60 % of
+        the blame (of 40 overruns).`"""
+        text = self.share.sentence(period_text(since, run_id))
+        return text[:1].upper() + text[1:] + "."
 
 
-def slices_for(first: float, last: float, traces: int, *, per_slice: int) -> Slices:
-    """Slices over the time the traces span (not the whole range: a 30 s run in the 1 h
-    range gets slices of seconds, not one of minutes): the narrowest round width that
-    gives at most `MAX_SLICES` slices and, on average, `per_slice` traces in each; aligned
-    to the clock."""
-    span = max(last - first, 1.0)
-    wanted = max(span / MAX_SLICES, span * per_slice / max(traces, 1))
-    width = next((float(w) for w in _WIDTHS if w >= wanted), float(_WIDTHS[-1]))
-    while span / width > MAX_SLICES:  # beyond a day's width: whole days
-        width += _WIDTHS[-1]
-    start = math.floor(first / width) * width
-    count = max(1, math.ceil((last - start) / width + 1e-9))
-    if start + count * width <= last:  # the last trace sits on the edge: one more slice
-        count += 1
-    return Slices(start, width, count, per_slice)
+# The range selector's values, as the sentence under "where the budget goes" says them.
+_PERIODS = {"15m": "15 min", "1h": "hour", "6h": "6 h", "24h": "24 h", "7d": "7 days"}
+
+
+def period_text(since: str, run_id: str | None = None) -> str:
+    """`in the last 15 min`, `in run demo-1`, `in everything kept`, `since 2026-…`."""
+    if run_id:
+        return f"in run {run_id}"
+    if since == "all":
+        return "in everything kept"
+    if since in _PERIODS:
+        return f"in the last {_PERIODS[since]}"
+    if since[:-1].isdigit():
+        return f"in the last {since}"
+    return f"since {since}"
+
+
+def overview_slices(
+    selection: ColumnSelection, start: float, end: float, *, max_slices: int = MAX_SLICES
+) -> Slices:
+    """The over-time charts' slices: over the traces' own span (the range's when empty),
+    each holding on average the traces a p95 needs, at most `max_slices` of them."""
+    if len(selection):
+        first, last = float(selection.at.min()), float(selection.at.max())
+    else:
+        first, last = start, end
+    return slices_for(first, last, len(selection), per_slice=min_count(95), max_slices=max_slices)
+
+
+def window_share(selection: ColumnSelection, budget: Budget, slices: Slices | None) -> BudgetShare:
+    """Each stage of the budget (in its order) and `unattributed`: share of the TTFT and
+    of the blame over the selection, per slice when `slices` are given."""
+    return selection.share([s.name for s in budget.stages], slices)
+
+
+def share_charts(share: BudgetShare, budget: Budget, slices: Slices) -> tuple[Markup, Markup]:
+    """The bars (overall) and the small multiples (per slice) of a share."""
+    colour = {s.name: i for i, s in enumerate(budget.stages)}
+    bars = share_bars(
+        [
+            ShareRow(
+                row.name,
+                colour.get(row.name, -1),
+                row.time_share,
+                row.blame_share,
+                row.blame_low,
+                row.blame_high,
+            )
+            for row in share.stages
+        ],
+        traces=share.traces,
+        overruns=share.overruns,
+    )
+    # A panel for each row that holds some of either (unattributed is mostly rounding).
+    names = [r.name for r in share.stages if r.blamed or (r.time_share or 0.0) >= 0.005]
+    panels = share_panels(
+        slices.starts(),
+        slices.end,
+        [
+            (
+                name,
+                colour.get(name, -1),
+                [sl.time_share[name] for sl in share.slices],
+                [
+                    sl.blame_share[name] if sl.overruns >= SLICE_MIN_OVERRUNS else None
+                    for sl in share.slices
+                ],
+            )
+            for name in names
+        ],
+    )
+    return bars, panels
 
 
 def excesses(verdict: Mapping[str, Any]) -> list[tuple[str, float, str]]:
@@ -161,11 +223,7 @@ def build_overview(
         ]
     )
     names = [s.name for s in budget.stages if s.name in selection.stage_ms]
-    if len(selection):
-        first, last = float(selection.at.min()), float(selection.at.max())
-    else:
-        first, last = start, end
-    slices = slices_for(first, last, len(selection), per_slice=min_count(95))
+    slices = overview_slices(selection, start, end)
     starts, series = selection.p95_over_time(names, slices.start, slices.end, slices.count)
     panels = p95_panels(
         starts,
@@ -176,6 +234,8 @@ def build_overview(
             if s.name in series
         ],
     )
+    share = window_share(selection, budget, slices)
+    share_svg, share_panels_svg = share_charts(share, budget, slices)
     firing = [r for r in rules if r.get("state") == "firing"]
     return Overview(
         traces=len(selection),
@@ -193,6 +253,9 @@ def build_overview(
         ),
         panels_svg=panels,
         slices=slices,
+        share=share,
+        share_svg=share_svg,
+        share_panels_svg=share_panels_svg,
         firing=firing,
         pending=sum(1 for r in rules if r.get("state") == "pending"),
         overruns=[{**v, "excess": excesses(v)} for v in overruns],

@@ -31,11 +31,13 @@ from spanbudget.collector.charts import (
     stage_bands,
     stage_stack,
 )
+from spanbudget.collector.compare import CompareSettings, Side, compare, render_body
+from spanbudget.collector.compare.sources import SideError, page_verdicts, parse_window
 from spanbudget.collector.context import why
 from spanbudget.collector.durations import parse_since
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Status
-from spanbudget.collector.links import jaeger_trace_url
+from spanbudget.collector.links import MAX_LIST, jaeger_trace_url
 from spanbudget.collector.live.pipeline import Pipeline
 from spanbudget.collector.live.ui.overview import build_overview
 from spanbudget.collector.live.ui.run_report import run_report, run_verdicts
@@ -54,6 +56,7 @@ RANGES = ("15m", "1h", "6h", "24h", "7d", "all")
 DEFAULT_RANGE = "1h"
 PAGE_SIZE = 50
 REFRESH_SECONDS = 5
+COMPARE_RESAMPLES = 1000  # per stage and side on the compare view (the CLI's default: 2000)
 RUN_REPORTS_KEPT = 16  # a run's report is computed once per change of its verdicts
 # Each file the pages load: where it lives (package, path) and its media type. The charts'
 # stylesheet is the one report.html inlines.
@@ -61,6 +64,7 @@ _STATIC = {
     "charts.css": ("spanbudget.collector.charts", "charts.css", "text/css"),
     "ui.css": ("spanbudget.collector.live.ui", "static/ui.css", "text/css"),
     "ui.js": ("spanbudget.collector.live.ui", "static/ui.js", "text/javascript"),
+    "compare.css": ("spanbudget.collector.live.ui", "static/compare.css", "text/css"),
 }
 
 
@@ -279,6 +283,57 @@ def ui_router(
     @router.get("/runs", response_class=HTMLResponse)
     def runs(request: Request) -> HTMLResponse:
         return page("runs.html", request, runs=columns.runs())
+
+    def compare_side(label: str, spec: str, phase: str) -> Side:
+        """A run's verdicts, or a window's (`2h..1h`); raises SideError."""
+        window = parse_window(spec)
+        if window is None:
+            found = run_verdicts(store, spec)
+            kind = "run"
+        else:
+            since = window.since
+            found = page_verdicts(
+                lambda before: store.query(since=since, before=before, limit=MAX_LIST),
+                window.holds,
+            )
+            kind = "window"
+        side = Side.of_verdicts(label, kind, spec, found, phase=phase or None)
+        if not side.samples:
+            raise SideError(
+                f"{label} {spec}: no judged request" + (f" in phase {phase}" if phase else "")
+            )
+        return side
+
+    @router.get("/compare", response_class=HTMLResponse)
+    def compare_page(
+        request: Request, base: str = "", candidate: str = "", phase: str = ""
+    ) -> HTMLResponse:
+        """Two runs or windows stage by stage (`spanbudget compare`), each stage's two
+        distributions, and each side's slowest traces linked to their pages."""
+        context: dict[str, Any] = {
+            "base": base,
+            "candidate": candidate,
+            "phase": phase,
+            "run_ids": [r[0] for r in columns.runs()],
+            "comparison": None,
+            "problem": "",
+            "spec_is_window": {},
+        }
+        status = 200
+        if base and candidate:
+            try:
+                before = compare_side("base", base, phase)
+                after = compare_side("candidate", candidate, phase)
+                sides = (before, after)
+                result = compare(before, after, CompareSettings(resamples=COMPARE_RESAMPLES))
+                context["comparison"] = render_body(result, trace_url="/traces/")
+                context["spec_is_window"] = {s.label: s.kind == "window" for s in sides}
+            except SideError as exc:
+                context["problem"] = str(exc)
+                status = 400
+        response = page("compare.html", request, **context)
+        response.status_code = status
+        return response
 
     reports: dict[tuple[str, int, float, int], Report] = {}
     reports_lock = threading.Lock()

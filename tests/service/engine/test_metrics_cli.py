@@ -86,7 +86,7 @@ def test_engine_command_is_documented_and_rejects_bad_settings() -> None:
     assert "spanbudget engine" in result.output
     for name in preset_parameters():  # every preset parameter is a flag
         assert f"--{name.replace('_', '-')}" in result.output, name
-    assert len(preset_parameters()) == 21
+    assert len(preset_parameters()) == 27
     result = runner.invoke(app, ["engine", "--preset", "nope"])
     assert result.exit_code == 2
     assert "unknown preset" in result.output
