@@ -17,9 +17,11 @@ import typer
 
 from spanbudget.collector.cli import budget_app, check, report
 from spanbudget.collector.compare.cli import compare
+from spanbudget.collector.durations import parse_duration
 from spanbudget.collector.live.cli import collect
 from spanbudget.collector.loadtest.cli import loadtest
-from spanbudget.collector.readers import TraceReadError, read_traces
+from spanbudget.collector.readers import TraceReadError, read_jaeger_api, read_traces
+from spanbudget.collector.spans import Span
 from spanbudget.collector.whatif.cli import whatif
 from spanbudget.extras import exit_unless_installed
 from spanbudget.service.cli import ingest, serve
@@ -28,6 +30,8 @@ from spanbudget.service.engine.model_cli import calibrate_command
 from spanbudget.terminal import HELP_WIDTH, make_console, print_error
 
 __all__ = ["app", "main"]
+
+CALIBRATE_JAEGER_LIMIT = 1000  # traces `engine calibrate --jaeger-url` reads at most
 
 app = typer.Typer(
     name="spanbudget",
@@ -65,8 +69,17 @@ def _root(
 # `spanbudget --help` lists them in this order.
 for command in (check, compare, whatif, collect, serve, ingest, loadtest, report):
     app.command()(command)
-# The engine's `calibrate` reads trace files with the collector's readers: joined here.
-engine_app.command("calibrate")(calibrate_command(read_traces, (TraceReadError,)))
+
+
+def _jaeger_spans(url: str, service: str, since: str) -> list[Span]:
+    """Spans of `service`'s traces of the last `since` from a Jaeger, as `check` reads them."""
+    return read_jaeger_api(url, service, parse_duration(since), limit=CALIBRATE_JAEGER_LIMIT)
+
+
+# The engine's `calibrate` reads traces with the collector's readers: joined here.
+engine_app.command("calibrate")(
+    calibrate_command(read_traces, _jaeger_spans, (TraceReadError, ValueError))
+)
 app.add_typer(engine_app, name="engine")
 app.add_typer(budget_app, name="budget")
 

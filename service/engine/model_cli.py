@@ -7,6 +7,7 @@ Every refusal is one line on stderr and exit 2.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -155,25 +156,41 @@ def predict(
 
 
 TraceReader = Callable[[Path], Sequence[Any]]
+# A Jaeger query address, a service and how far back (`1h`): the spans of its traces.
+JaegerReader = Callable[[str, str, str], Sequence[Any]]
 
 
 def calibrate_command(
-    read_traces: TraceReader, read_errors: tuple[type[Exception], ...]
+    read_traces: TraceReader, read_jaeger: JaegerReader, read_errors: tuple[type[Exception], ...]
 ) -> Callable[..., None]:
-    """The `calibrate` command, reading trace files with `read_traces` (spans with a name,
-    trace_id, start_ns and attributes); `read_errors` are its one-line failures. The
-    composition root (spanbudget/cli.py) gives it the collector's trace readers."""
+    """The `calibrate` command, reading trace files with `read_traces` and a Jaeger with
+    `read_jaeger` (spans with a name, trace_id, start_ns and attributes); `read_errors` are
+    their one-line failures. The composition root (spanbudget/cli.py) gives it the
+    collector's trace readers."""
 
     def calibrate(
         files: Annotated[
-            list[Path],
+            list[Path] | None,
             typer.Argument(
                 help="Step-time tables (fixtures/gpu format) and trace files with vLLM "
                 "llm_request spans (OTLP JSON/JSONL/protobuf, Jaeger JSON).",
                 show_default=False,
             ),
-        ],
-        out: Annotated[Path, typer.Option(help="Where to write the fitted profile (JSON).")],
+        ] = None,
+        out: Annotated[
+            Path | None, typer.Option(help="Where to write the fitted profile (JSON).")
+        ] = None,
+        jaeger_url: Annotated[
+            str | None,
+            typer.Option(
+                help="Also read vLLM's llm_request spans from Jaeger: its query address (API "
+                "v3), or that address with /api/traces."
+            ),
+        ] = None,
+        service: Annotated[
+            str, typer.Option(help="With --jaeger-url: the service whose traces to read.")
+        ] = "vllm",
+        since: Annotated[str, typer.Option(help="With --jaeger-url: how far back.")] = "1h",
         gpu_profile: Annotated[
             str,
             typer.Option(
@@ -199,6 +216,9 @@ def calibrate_command(
             spanbudget engine calibrate fixtures/gpu/h200-qwen3-prefill-decode.json --out h200.json
 
             spanbudget engine calibrate traces.json --model-config config.json --out mine.json
+
+            spanbudget engine calibrate --jaeger-url http://127.0.0.1:16686 --service vllm \
+                --model-config config.json --out mine.json
         """
         from spanbudget.service.engine.calibration import (
             SPAN_FITTED,
@@ -211,12 +231,31 @@ def calibrate_command(
         from spanbudget.service.engine.gpu_profile import FITTED, ProfileError, save_profile
         from spanbudget.service.engine.model_arch import ModelConfigError
 
+        if not files and jaeger_url is None:
+            raise usage_error("give step-time tables or trace files, or --jaeger-url")
+        if out is None:
+            raise usage_error("--out: where to write the fitted profile")
         try:
             base = _profile(gpu_profile)
             arch = _arch(model_config) if model_config else None
             points = []
             traced = False
-            for path in files:
+
+            def from_spans(where: str, read: Callable[[], Sequence[Any]]) -> None:
+                if arch is None:
+                    raise usage_error(f"{where}: traces need --model-config (the model they ran)")
+                try:
+                    spans = read()
+                except read_errors as exc:
+                    raise usage_error(str(exc)) from None
+                found = points_from_spans(spans, arch)
+                if not found:
+                    raise usage_error(
+                        f"{where}: no llm_request span with prompt tokens and phase times"
+                    )
+                points.extend(found)
+
+            for path in files or []:
                 try:
                     data = path.read_bytes()
                 except OSError as exc:
@@ -225,24 +264,19 @@ def calibrate_command(
                 if is_step_table(document):
                     points += points_from_step_table(document, str(path))
                     continue
-                try:
-                    spans = read_traces(path)
-                except read_errors as exc:
-                    raise usage_error(str(exc)) from None
-                if arch is None:
-                    raise usage_error(f"{path}: traces need --model-config (the model they ran)")
-                found = points_from_spans(spans, arch)
-                if not found:
-                    raise usage_error(
-                        f"{path}: no llm_request span with prompt tokens and phase times"
-                    )
-                points += found
+                from_spans(str(path), functools.partial(read_traces, path))
+                traced = True
+            if jaeger_url is not None:
+                where = f"{jaeger_url} (service {service}, last {since})"
+                from_spans(where, lambda: read_jaeger(jaeger_url, service, since))
                 traced = True
             tables = any(not p.with_overhead for p in points)
             result = fit_profile(base, points, FITTED if tables or not traced else SPAN_FITTED)
         except (CalibrationError, ProfileError, ModelConfigError) as exc:
             raise usage_error(str(exc)) from None
-        sources = ", ".join(path.name for path in files)
+        sources = ", ".join(
+            [path.name for path in files or []] + ([jaeger_url] if jaeger_url else [])
+        )
         profile = dataclasses.replace(
             result.profile,
             name=name or f"{base.name}-calibrated",

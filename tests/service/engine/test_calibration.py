@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -15,12 +18,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from typer.testing import CliRunner
 
 from spanbudget.cli import app
+from spanbudget.collector.readers import read_traces
 from spanbudget.service.engine.gpu_profile import load_profile, save_profile
 from spanbudget.service.engine.model_arch import ModelArch
 from spanbudget.service.engine.presets import compose_preset
 from spanbudget.service.engine.profiles import MODEL_CONFIGS, get_gpu_profile, get_model_arch
 from spanbudget.service.engine.simulation import Arrival, simulate
 from spanbudget.service.engine.tracing import RequestSpanInfo, RequestTracer
+from tests.support.otlp import to_otlp_json
 
 TABLE = Path("gpu") / "h200-qwen3-prefill-decode.json"
 
@@ -209,3 +214,52 @@ def test_the_server_takes_a_profile_file_and_a_config_json(tmp_path: Path) -> No
     code, stdout, stderr = _invoke("--gpu-profile", str(tmp_path / "absent.json"))
     assert code == 2  # a usage error before anything serves
     assert "absent.json" in stdout + stderr
+
+
+class _JaegerV3(BaseHTTPRequestHandler):
+    """Jaeger's query API v3 (`/api/v3/traces`) answering with one OTLP/JSON body."""
+
+    body: bytes = b""
+
+    def do_GET(self) -> None:
+        if urlparse(self.path).path != "/api/v3/traces":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_calibrate_reads_the_spans_from_jaeger(tmp_path: Path) -> None:
+    traces = tmp_path / "traces.pb"
+    _emulator_traces(traces, 0.0, seed=11)
+    body = json.dumps({"result": json.loads(to_otlp_json(read_traces(traces)))}).encode()
+    handler = type("Handler", (_JaegerV3,), {"body": body})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    out = tmp_path / "mine.json"
+    try:
+        code, stdout, stderr = _invoke(
+            "calibrate", "--jaeger-url", f"http://127.0.0.1:{server.server_address[1]}",
+            "--gpu-profile", "h100", "--model-config", "Qwen/Qwen3-8B", "--out", str(out),
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 0, stderr
+    assert "MAPE prefill" in stdout
+    assert load_profile(out).mfu == pytest.approx(0.42, rel=0.02)
+
+
+def test_calibrate_says_when_jaeger_cannot_be_read(tmp_path: Path) -> None:
+    code, _, stderr = _invoke(
+        "calibrate", "--jaeger-url", "http://127.0.0.1:9", "--model-config", "Qwen/Qwen3-8B",
+        "--out", str(tmp_path / "p"),
+    )  # fmt: skip
+    assert code == 2
+    assert "127.0.0.1:9" in stderr
+    assert len(stderr.strip().splitlines()) == 1
