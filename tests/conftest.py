@@ -34,6 +34,15 @@ def shared_fixtures() -> Path:
     return SHARED_FIXTURES
 
 
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three small documents ingested once per session; a stack takes a copy of the data
+    folder (`tests.support.stack.corpus_copy`) rather than embedding them again."""
+    from tests.support.stack import ingest_small_corpus
+
+    return ingest_small_corpus(tmp_path_factory.mktemp("small-corpus"), {"HF_HUB_OFFLINE": "1"})
+
+
 def _apt_install(package: str) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=600)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from spanbudget.collector.compare.bootstrap import Interval
 from spanbudget.collector.compare.comparison import Change, Comparison, StageComparison
+from spanbudget.collector.errors import CollectorError
 
 __all__ = ["ANY", "Finding", "Rule", "RuleError", "check_rules", "parse_rule"]
 
@@ -30,7 +31,7 @@ _THRESHOLD = re.compile(
 _SLOWER = re.compile(r"(?P<stage>[\w.-]+?)\.slower\Z")
 
 
-class RuleError(ValueError):
+class RuleError(CollectorError, ValueError):
     """A rule that does not parse, or names a stage neither side has."""
 
 

@@ -13,6 +13,7 @@ from typing import Any, BinaryIO
 import httpx
 
 from spanbudget.collector.check import read_inputs
+from spanbudget.collector.errors import CollectorError
 from spanbudget.collector.links import MAX_LIST
 from spanbudget.collector.loadtest.files import REQUESTS_CSV, read_results
 from spanbudget.collector.readers import TraceReadError, request_from_json, spans_from_otlp
@@ -21,7 +22,7 @@ from spanbudget.collector.spans import Span, group_by_trace
 __all__ = ["Source", "SourceError", "from_collector_window", "from_files", "from_run"]
 
 
-class SourceError(Exception):
+class SourceError(CollectorError):
     """Traces could not be read: the message says from where and what to change."""
 
 

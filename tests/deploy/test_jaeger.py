@@ -23,7 +23,7 @@ from spanbudget.semconv import GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK
 from spanbudget.stack import spanbudget_command
 from tests.support.binaries import go_binary
 from tests.support.servers import wait_until
-from tests.support.stack import ingest_small_corpus, local_stack, running
+from tests.support.stack import corpus_copy, local_stack, running
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {
@@ -76,10 +76,10 @@ def _chat(
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JaegerStack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> Iterator[JaegerStack]:
     binary = go_binary("jaeger")
     root = tmp_path_factory.mktemp("jaeger-stack")
-    data = ingest_small_corpus(root, ENV)
+    data = corpus_copy(small_corpus, root)
     spec = local_stack(data, root / "logs", ENV, jaeger_binary=binary)
     assert spec.jaeger is not None
     children = spec.children()

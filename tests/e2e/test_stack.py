@@ -22,7 +22,7 @@ from spanbudget.collector.loadtest.files import read_results
 from spanbudget.stack import spanbudget_command
 from tests.support import stack as stacks
 from tests.support.servers import free_port
-from tests.support.stack import ingest_small_corpus, local_stack
+from tests.support.stack import corpus_copy, local_stack
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {"HF_HUB_OFFLINE": "1", "OTEL_BSP_SCHEDULE_DELAY": "200", "PYTHONUNBUFFERED": "1"}
@@ -36,10 +36,10 @@ class Running:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+def stack(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> Iterator[Running]:
     root = tmp_path_factory.mktemp("stack")
     env = {**ENV}
-    data = ingest_small_corpus(root, env)
+    data = corpus_copy(small_corpus, root)
     spec = local_stack(data, root, env)
     collector = spec.collector_url
     with stacks.running(spec.children()):

@@ -5,6 +5,7 @@ and a corpus of three small documents ingested in seconds."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -55,6 +56,14 @@ def ingest_small_corpus(root: Path, env: Mapping[str, str]) -> Path:
         env={**os.environ, **env},
         cwd=REPO,
     )
+    return data
+
+
+def corpus_copy(ingested: Path, root: Path) -> Path:
+    """A data folder under `root` holding a copy of an ingested one (the `small_corpus`
+    fixture's): each stack writes its own shard, and the corpus is embedded once."""
+    data = root / "data"
+    shutil.copytree(ingested, data)
     return data
 
 

@@ -15,7 +15,7 @@ import pytest
 from spanbudget.collector.loadtest.files import read_report
 from spanbudget.collector.stats import min_count
 from spanbudget.stack import spanbudget_command
-from tests.support.stack import ingest_small_corpus, local_stack, running
+from tests.support.stack import corpus_copy, local_stack, running
 
 pytestmark = pytest.mark.slow
 
@@ -24,9 +24,11 @@ ENV = {"HF_HUB_OFFLINE": "1", "OTEL_BSP_SCHEDULE_DELAY": "200", "PYTHONUNBUFFERE
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def stack(
+    tmp_path_factory: pytest.TempPathFactory, small_corpus: Path
+) -> Iterator[tuple[str, str]]:
     root = tmp_path_factory.mktemp("sweep-stack")
-    data = ingest_small_corpus(root, ENV)
+    data = corpus_copy(small_corpus, root)
     spec = local_stack(data, root, ENV)
     with running(spec.children()):
         yield spec.gateway_url, spec.collector_url

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.stack import ingest_small_corpus, local_stack, running
+from tests.support.stack import corpus_copy, local_stack, running
 
 pytestmark = pytest.mark.slow
 
@@ -69,8 +69,8 @@ def _verdict(collector: str, trace_id: str) -> dict[str, object]:
         time.sleep(0.3)
 
 
-def test_a_slowed_kv_transfer_is_blamed_on_its_stage(tmp_path: Path) -> None:
-    data = ingest_small_corpus(tmp_path, ENV)
+def test_a_slowed_kv_transfer_is_blamed_on_its_stage(tmp_path: Path, small_corpus: Path) -> None:
+    data = corpus_copy(small_corpus, tmp_path)
     spec = dataclasses.replace(
         local_stack(data, tmp_path, ENV),
         budget=REPO / "examples" / "disaggregated-budget.yaml",
