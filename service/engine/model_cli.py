@@ -217,7 +217,7 @@ def calibrate_command(
 
             spanbudget engine calibrate traces.json --model-config config.json --out mine.json
 
-            spanbudget engine calibrate --jaeger-url http://127.0.0.1:16686 --service vllm \
+            spanbudget engine calibrate --jaeger-url http://127.0.0.1:16686 --service vllm \\
                 --model-config config.json --out mine.json
         """
         from spanbudget.service.engine.calibration import (
