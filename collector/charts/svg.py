@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -23,6 +23,7 @@ __all__ = [
     "ShareRow",
     "StackPart",
     "band_class",
+    "bin_counts",
     "budget_bars",
     "esc",
     "fmt_ms",
@@ -187,6 +188,16 @@ def round_edges(top: float, bins: int) -> list[float]:
     magnitude = 10 ** math.floor(math.log10(raw))
     width = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
     return [i * width for i in range(math.ceil(top / width) + 1)]
+
+
+def bin_counts(values: Iterable[float], edges: Sequence[float]) -> list[int]:
+    """How many values fall in each bin of equal width (`round_edges`); the last bin holds
+    everything past it."""
+    width = edges[1] - edges[0]
+    counts = [0] * (len(edges) - 1)
+    for value in values:
+        counts[min(len(counts) - 1, max(0, math.floor((value - edges[0]) / width)))] += 1
+    return counts
 
 
 def histogram(

@@ -4,15 +4,14 @@ stylesheet. `stage_figures` draws the pairs for the web UI's compare view too.""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from spanbudget.collector.charts import fmt_ms, histogram, round_edges
+from spanbudget.collector.charts import bin_counts, fmt_ms, histogram, round_edges
 from spanbudget.collector.check.render import short_ids
 from spanbudget.collector.compare.comparison import Comparison
 from spanbudget.collector.compare.rules import Finding
@@ -32,15 +31,6 @@ class StageFigure:
     candidate_svg: Markup
 
 
-def _counts(values: Iterable[float], edges: Sequence[float]) -> list[int]:
-    """How many values fall in each bin; the last bin holds everything past it."""
-    width = edges[1] - edges[0]
-    counts = [0] * (len(edges) - 1)
-    for value in values:
-        counts[min(len(counts) - 1, max(0, math.floor((value - edges[0]) / width)))] += 1
-    return counts
-
-
 def _pair(
     comparison: Comparison, name: str, width: float
 ) -> tuple[Sequence[float], Markup, Markup]:
@@ -53,7 +43,7 @@ def _pair(
     svgs = [
         histogram(
             edges,
-            _counts(values, edges),
+            bin_counts(values, edges),
             target_ms=limits.target_ms,
             limit_ms=limits.limit_ms,
             width=width,

@@ -11,8 +11,7 @@ Percentiles are not added up anywhere: a p99 of a sum is not the sum of p99s.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
@@ -23,6 +22,7 @@ from markupsafe import Markup
 from spanbudget.collector.charts import (
     BandRow,
     band_class,
+    bin_counts,
     fmt_ms,
     histogram,
     p95_panels,
@@ -121,18 +121,9 @@ def _distribution(
     p99 = percentile(ordered, 99) if ordered else None
     edges = round_edges(max(limit_ms * 1.4, (p99 or 0.0) * 1.1, target_ms, 1.0), STAGE_BINS)
     return histogram(
-        edges, _counts(ordered, edges), target_ms=target_ms, limit_ms=limit_ms,
+        edges, bin_counts(ordered, edges), target_ms=target_ms, limit_ms=limit_ms,
         width=width, height=height,
     )  # fmt: skip
-
-
-def _counts(values: Iterable[float], edges: Sequence[float]) -> list[int]:
-    """How many values fall in each bin; the last bin holds everything past it."""
-    width = edges[1] - edges[0]
-    counts = [0] * (len(edges) - 1)
-    for value in values:
-        counts[min(len(counts) - 1, max(0, math.floor((value - edges[0]) / width)))] += 1
-    return counts
 
 
 def _over_time(report: Report) -> Markup | None:
