@@ -91,7 +91,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
     collector = spec.collector_url
     children = spec.children()
     supervisor = Supervisor()
-    client = httpx.Client(base_url=collector, timeout=30)
+    # Idle connections dropped after 1 s: uvicorn closes them after 5, httpx's default, and a
+    # request sent on one as the server closes it is reset.
+    client = httpx.Client(base_url=collector, timeout=30, limits=httpx.Limits(keepalive_expiry=1.0))
     try:
         for child in children:
             supervisor.start(child)
