@@ -22,8 +22,13 @@ RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 
 COPY pyproject.toml setup.py README.md budget.yaml ./
 COPY spanbudget ./spanbudget
+COPY app ./app
+COPY common ./common
 COPY service ./service
 COPY collector ./collector
+# Shipped inside the package too (pyproject.toml's [tool.spanbudget.shipped]).
+COPY examples/disaggregated-budget.yaml ./examples/
+COPY deploy/jaeger.yaml ./deploy/
 # torch==2.13.0 is already satisfied by 2.13.0+cpu, so this only adds the rest. gcc is
 # there only while pip compiles the evaluator's fast path (setup.py); the import checks
 # that it was built, since without a compiler the install would quietly go without it.

@@ -44,7 +44,7 @@ lint: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/cython-lint --max-line-length 100 collector
 
 typecheck: $(STAMP)
-	$(BIN)/mypy
+	$(BIN)/python -m tests.support.typecheck
 
 # The judging tests run a second time on the pure-Python evaluator (the tree), which is
 # what judges where no C compiler built the compiled one: neither path can rot.

@@ -8,8 +8,8 @@ a nominal and a burst rate, and where retrieval's wall time goes.
 `--quick` (CI) ingests 3 documents into a temp dir and measures `after` at 4 req/s for
 2 s: it checks the bench runs (with the reference models), not its numbers.
 
-It starts the same processes as the demo (`spanbudget.stack.Stack`, as
-`spanbudget.demo.stack_of` sets it up), on ports of its own, and drives the gateway with
+It starts the same processes as the demo (`spanbudget.app.stack.Stack`, as
+`spanbudget.app.demo.stack_of` sets it up), on ports of its own, and drives the gateway with
 the load tester's open-loop dispatcher from this process. CPU time comes from
 /proc/<pid>/stat (utime + stime), the time spent runnable but waiting for a core from
 /proc/<pid>/task/*/schedstat: contention from other work on the machine changes the wall
@@ -52,17 +52,17 @@ sys.path.insert(0, str(REPO / "bench"))
 from bench_summary import record
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from rich.console import Console
-
+from spanbudget.app.demo import DemoSettings, ingest_if_needed, stack_of
+from spanbudget.app.processes import Supervisor
 from spanbudget.collector.loadtest.client import ChatRequest
 from spanbudget.collector.loadtest.run import load_prompts
 from spanbudget.collector.loadtest.runner import RunSettings, run_requests
 from spanbudget.collector.loadtest.schedule import Arrival, Phase, build_schedule
-from spanbudget.collector.loadtest.telemetry import loadtest_tracer_provider
+from spanbudget.collector.loadtest.tracer import loadtest_tracer_provider
 from spanbudget.collector.loadtest.verdicts import wait_for_verdicts
 from spanbudget.collector.stats import percentile
-from spanbudget.demo import DemoSettings, ingest_if_needed, stack_of
-from spanbudget.processes import Supervisor
-from spanbudget.service import semconv as sc
+from spanbudget.service import attributes as names
+
 from tests.support.servers import free_port
 
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
@@ -338,10 +338,10 @@ def pct(values: Sequence[float], q: float) -> float:
 def retrieval_parts(trace: Mapping[str, float]) -> dict[str, float]:
     """Retrieval's wall time by where it went, for one trace (ms)."""
     span = trace["embeddings span"]
-    queue = trace.get(sc.EMBEDDINGS_QUEUE_MS, 0.0)
-    compute = trace.get(sc.EMBEDDINGS_COMPUTE_MS, 0.0)
-    cpu = trace.get(sc.EMBEDDINGS_COMPUTE_CPU_MS, 0.0)
-    loop_wait = trace.get(sc.EMBEDDINGS_LOOP_WAIT_MS, 0.0)
+    queue = trace.get(names.EMBEDDINGS_QUEUE_MS, 0.0)
+    compute = trace.get(names.EMBEDDINGS_COMPUTE_MS, 0.0)
+    cpu = trace.get(names.EMBEDDINGS_COMPUTE_CPU_MS, 0.0)
+    loop_wait = trace.get(names.EMBEDDINGS_LOOP_WAIT_MS, 0.0)
     return {
         "retrieval span": trace.get("retrieval span", float("nan")),
         "  embeddings span": span,
@@ -352,7 +352,7 @@ def retrieval_parts(trace: Mapping[str, float]) -> dict[str, float]:
         # With two torch threads the CPU time can exceed the wall time: then this is 0.
         "      of it waiting for a core": max(0.0, compute - cpu),
         "    waiting for the event loop": loop_wait,
-        "    queries in its model call": trace.get(sc.EMBEDDINGS_BATCH_SIZE, float("nan")),
+        "    queries in its model call": trace.get(names.EMBEDDINGS_BATCH_SIZE, float("nan")),
         "  query span (Qdrant Edge HNSW)": trace.get("query span", float("nan")),
     }
 
@@ -410,10 +410,10 @@ def print_tables(results: list[Measured]) -> None:
                         stage_rows[f"  {part}"][i].append(ms)
         within.append(100 * good / max(1, len(m.verdicts)))
     order = ["network", "gateway", "retrieval"]
-    names = [n for n in order if n in stage_rows]
-    names += sorted(n for n in stage_rows if n.startswith("  "))
-    names += [n for n in stage_rows if n not in names]
-    for name in names:
+    rows = [n for n in order if n in stage_rows]
+    rows += sorted(n for n in stage_rows if n.startswith("  "))
+    rows += [n for n in stage_rows if n not in rows]
+    for name in rows:
         print(f"{name:44}" + "".join(pair(values) for values in stage_rows[name]))
     print(f"{'within every limit %':44}" + "".join(f"{w:>{width}.1f}" for w in within))
     print(f"{'load average at start (1 min)':44}" + "".join(f"{m.load:>{width}}" for m in results))
@@ -442,11 +442,11 @@ def ingest_sample(data_dir: Path, *, documents: int) -> None:
     """A few documents of the default corpus where the stack reads its collection."""
     import itertools
 
-    from spanbudget.service.assembly import hnsw_params
     from spanbudget.service.embedding import SentenceTransformerEmbedder
     from spanbudget.service.ingest import default_corpus, ingest
     from spanbudget.service.settings import Settings
     from spanbudget.service.vectorstore import EdgeStore
+    from spanbudget.service.wiring import hnsw_params
 
     settings = Settings(_env_file=None, data_dir=data_dir)
     embedder = SentenceTransformerEmbedder()

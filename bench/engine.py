@@ -40,9 +40,9 @@ import httpx
 from bench_summary import record
 from rich.console import Console
 from rich.table import Table
-
+from spanbudget.app.processes import Child, Supervisor
 from spanbudget.collector.stats import percentile
-from spanbudget.processes import Child, Supervisor
+
 from tests.support.servers import free_port
 
 PROMPT_TEXT = (

@@ -26,11 +26,11 @@ sys.path.insert(0, str(REPO))
 
 from rich.console import Console
 from rich.table import Table
-
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.attribution import assemble, attribute_window
 from spanbudget.collector.judging.evaluate import COMPILED, Evaluator
 from spanbudget.collector.spans import Span
+
 from tests.support.traces import rag_trace
 
 sys.path.insert(0, str(REPO / "bench"))

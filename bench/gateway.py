@@ -41,19 +41,19 @@ import uvicorn
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 from spanbudget.collector.budget.loader import load_budget
+from spanbudget.collector.core.processor import span_from_sdk
 from spanbudget.collector.judging.evaluate import Evaluator
-from spanbudget.collector.live.processor import span_from_sdk
 from spanbudget.collector.stats import percentile
-from spanbudget.service import semconv as sc
-from spanbudget.service.assembly import build_embedder, build_gateway, hnsw_params
+from spanbudget.service import attributes as names
 from spanbudget.service.embedding import SentenceTransformerEmbedder
 from spanbudget.service.ingest import default_corpus, ingest
 from spanbudget.service.settings import Settings
-from spanbudget.service.telemetry import build_tracer_provider
 from spanbudget.service.tokens import load_tokenizer
+from spanbudget.service.tracers import build_tracer_provider
 from spanbudget.service.vectorstore import EdgeStore
+from spanbudget.service.wiring import build_embedder, build_gateway, hnsw_params
+
 from tests.support.servers import free_port
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -202,15 +202,15 @@ def stage_times(spans: list[ReadableSpan], evaluator: Evaluator) -> dict[str, li
         stage_ms = {stage.name: stage.ms or 0.0 for stage in verdict.stages}
 
         out["gateway + auth"].append(stage_ms["gateway"])
-        out["  gateway.validate (span)"].append(span_ms(sc.SPAN_VALIDATE))
-        out["  auth.verify (span)"].append(span_ms(sc.SPAN_AUTH))
+        out["  gateway.validate (span)"].append(span_ms(names.SPAN_VALIDATE))
+        out["  auth.verify (span)"].append(span_ms(names.SPAN_AUTH))
         out["retrieval"].append(stage_ms["retrieval"])
         out["  embeddings (span)"].append(span_ms("embeddings "))
-        out["  embeddings.queue (span)"].append(span_ms(sc.SPAN_EMBEDDINGS_QUEUE))
-        out["  embeddings.loop_wait (span)"].append(span_ms(sc.SPAN_EMBEDDINGS_LOOP_WAIT))
+        out["  embeddings.queue (span)"].append(span_ms(names.SPAN_EMBEDDINGS_QUEUE))
+        out["  embeddings.loop_wait (span)"].append(span_ms(names.SPAN_EMBEDDINGS_LOOP_WAIT))
         attributes = named("embeddings ").attributes or {}
-        out["  model call (compute_ms)"].append(float(attributes[sc.EMBEDDINGS_COMPUTE_MS]))
-        out["  queries in the call"].append(float(attributes[sc.EMBEDDINGS_BATCH_SIZE]))
+        out["  model call (compute_ms)"].append(float(attributes[names.EMBEDDINGS_COMPUTE_MS]))
+        out["  queries in the call"].append(float(attributes[names.EMBEDDINGS_BATCH_SIZE]))
         out["  query (span)"].append(span_ms("query "))
         out["prompt"].append(stage_ms["prompt"])
         out["prefill (stub LLM, 1st chunk)"].append(stage_ms["prefill"])

@@ -34,7 +34,6 @@ def child(root: Path, what: str, passes: int, count: int) -> None:
     """What runs under valgrind: judge `count` traces `passes` times (0 or 1)."""
     sys.path[:0] = [str(root), str(root / "bench")]
     from evaluate import make_traces, tree_walk  # the bench of the checkout counted
-
     from spanbudget.collector.budget.loader import load_budget
     from spanbudget.collector.judging.evaluate import Evaluator
 
@@ -101,7 +100,6 @@ def main() -> None:
     from bench_summary import record
     from rich.console import Console
     from rich.table import Table
-
     from spanbudget.collector.judging.evaluate import COMPILED
 
     floor = None if args.quick else per_trace(valgrind, REPO, "walk", args.traces)

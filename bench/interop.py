@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO))
 import httpx
 from rich.console import Console
 from rich.table import Table
+from spanbudget.app.processes import Child, Supervisor
 
-from spanbudget.processes import Child, Supervisor
 from tests.deploy.processes import Otelcol, budget_collector, metric_total
 from tests.deploy.traffic import SPANS_PER_TRACE, traffic
 from tests.support.otlp import to_request

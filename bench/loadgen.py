@@ -38,11 +38,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 )
 from rich.console import Console
 from rich.table import Table
-
 from spanbudget.collector.loadtest.client import ChatRequest
 from spanbudget.collector.loadtest.runner import RunSettings, run_requests
 from spanbudget.collector.loadtest.schedule import Arrival, Phase, build_schedule
 from spanbudget.collector.stats import percentile
+
 from tests.support.servers import free_port
 
 

@@ -37,15 +37,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from rich.console import Console
 from rich.table import Table
-
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.evaluate import COMPILED, Evaluator
-from spanbudget.collector.live.api import create_app
+from spanbudget.collector.live.app import app_for
 from spanbudget.collector.live.gc_settings import tune_for_throughput
 from spanbudget.collector.live.pipeline import Pipeline, assemble
 from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.readers import spans_from_otlp
 from spanbudget.collector.spans import Span
+
 from tests.support.otlp import to_request
 from tests.support.servers import ServerThread
 from tests.support.traces import rag_trace
@@ -92,7 +92,7 @@ def build_pipeline(
 ) -> Pipeline:
     """The collector as `spanbudget collect` assembles it, without the alert rules; its
     queue and buffer hold the whole run, and it keeps spans only when asked."""
-    settings = CollectorSettings(
+    settings = CollectorSettings.from_flat(
         db_path=db,
         journal=journal,
         revise_seconds=60.0 if revise else 0.0,
@@ -150,7 +150,7 @@ def main() -> None:
 
         def in_process(pipeline: Pipeline, bodies: list[bytes] = payloads) -> None:
             for body in bodies:  # as the HTTP route takes a body: decode, journal, queue
-                pipeline.receive(body, content_type=PROTOBUF, content_encoding=None)
+                pipeline.intake.receive(body, content_type=PROTOBUF, content_encoding=None)
             assert pipeline.core.wait_idle(600)
 
         pipeline = build_pipeline(Path(tmp) / "g.db", spans)
@@ -211,7 +211,7 @@ def main() -> None:
 
         pipeline = build_pipeline(Path(tmp) / "b.db", spans)
         with (
-            ServerThread(create_app(pipeline)) as server,
+            ServerThread(app_for(pipeline)) as server,
             httpx.Client(base_url=server.url, timeout=60) as client,
         ):
 

@@ -28,7 +28,6 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_summary import record
-
 from spanbudget.collector.readers import parse_traces, spans_from_otlp
 
 SPANS_PER_TRACE = 12

@@ -35,18 +35,18 @@ import httpx
 from bench_summary import record
 from rich.console import Console
 from rich.table import Table
-
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Verdict
-from spanbudget.collector.live.api import create_app
+from spanbudget.collector.live.app import app_for
 from spanbudget.collector.live.pipeline import assemble
 from spanbudget.collector.live.settings import CollectorSettings
-from spanbudget.collector.live.span_store import SpanStore
-from spanbudget.collector.live.store import VerdictStore
-from spanbudget.collector.live.verdict_columns import VerdictColumns
+from spanbudget.collector.sinks.span_store import SpanStore
+from spanbudget.collector.sinks.store import VerdictStore
 from spanbudget.collector.spans import Span
 from spanbudget.collector.stats import min_count, slices_for
+from spanbudget.collector.ui.columns import VerdictColumns
+
 from tests.support.servers import ServerThread
 from tests.support.traces import rag_trace
 
@@ -154,7 +154,7 @@ def main() -> None:
             f"median {statistics.median(share_times):.1f} ms, max {max(share_times):.1f} ms "
             f"of {len(share_times)}"
         )
-        settings = CollectorSettings(
+        settings = CollectorSettings.from_flat(
             db_path=db,
             spans_db_path=spans_db,
             budget_path=REPO / "budget.yaml",
@@ -165,7 +165,7 @@ def main() -> None:
         # As `spanbudget collect` assembles it (alert rules too), not started: nothing
         # writes while we measure.
         pipeline = assemble(settings, load_budget(REPO / "budget.yaml").budget)
-        app = create_app(pipeline)
+        app = app_for(pipeline)
         rows: list[tuple[str, str, list[float]]] = []
         with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
             rows.append(

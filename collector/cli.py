@@ -1,7 +1,7 @@
 """Commands of the measuring side: `check`, `report`, and `budget init` and `budget suggest`
 under the `budget` group.
 
-Each function is a typer command registered by `spanbudget.cli`; errors become exit codes
+Each function is a typer command registered by `spanbudget.app.cli`; errors become exit codes
 and messages here, at the edge.
 """
 
@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-
 from spanbudget.collector.check import FailOn
-from spanbudget.commands import OutputFormat, usage_error
-from spanbudget.terminal import make_console, print_error, print_notices
+from spanbudget.common.commands import OutputFormat, usage_error
+from spanbudget.common.terminal import make_console, print_error, print_notices
 
 DEFAULT_JAEGER_LIMIT = 100  # traces read from Jaeger when --limit is not given
 DEFAULT_ROWS = 20  # traces `check`'s table shows, worst first
@@ -356,7 +355,7 @@ def report(
     )
     from spanbudget.collector.loadtest.render_html import render_html
     from spanbudget.collector.loadtest.render_terminal import render_terminal
-    from spanbudget.collector.stats import Judged, render_share, share_over_time
+    from spanbudget.collector.stats import ShareRow, render_share, share_over_time
 
     console = make_console()
     first = paths[0]
@@ -396,7 +395,9 @@ def report(
         raise usage_error(
             f"no trace judged: no span read matched a stage of budget {loaded.budget.name!r}"
         )
-    judged = [Judged.of(v, at=at) for v, at in zip(result.verdicts, result.started_s, strict=True)]
+    judged = [
+        ShareRow.of(v, at=at) for v, at in zip(result.verdicts, result.started_s, strict=True)
+    ]
     share = share_over_time(judged, loaded.budget.stage_names(), slices)
     if output is OutputFormat.JSON:
         typer.echo(json.dumps(share.to_dict() | {"budget": loaded.budget.name}, indent=2))

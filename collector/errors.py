@@ -9,7 +9,7 @@ request refused, with its HTTP status), and the load tester's `loadtest.run.RunF
 
 from __future__ import annotations
 
-from spanbudget.errors import SpanbudgetError
+from spanbudget.common.errors import SpanbudgetError
 
 __all__ = ["CollectorError"]
 

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
-from spanbudget.extras import exit_unless_installed
+from spanbudget.common.extras import exit_unless_installed
 
 __all__ = ["ingest", "serve"]
 
@@ -19,7 +18,6 @@ __all__ = ["ingest", "serve"]
 def _settings(**overrides: Any) -> Any:
     """Settings from options then environment; a bad value is a usage error, not a traceback."""
     from pydantic import ValidationError
-
     from spanbudget.service.settings import Settings
 
     try:
@@ -53,10 +51,10 @@ def serve(
         spanbudget serve --listen 127.0.0.1:8080 --llm-base-url http://127.0.0.1:8000/v1
     """
     exit_unless_installed("serve")
-    from spanbudget.service.assembly import build_embedder, build_gateway, build_store
-    from spanbudget.service.telemetry import GATEWAY_SERVICE_NAME, build_tracer_provider
+    from spanbudget.common.serving import serve as serve_app
     from spanbudget.service.tokens import load_tokenizer
-    from spanbudget.serving import serve as serve_app
+    from spanbudget.service.tracers import GATEWAY_SERVICE_NAME, build_tracer_provider
+    from spanbudget.service.wiring import build_embedder, build_gateway, build_store
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -110,11 +108,10 @@ def ingest(
     """
     exit_unless_installed("ingest")
     from rich.progress import Progress
-
-    from spanbudget.service.assembly import build_store
     from spanbudget.service.embedding import SentenceTransformerEmbedder
     from spanbudget.service.ingest import default_corpus, read_paths
     from spanbudget.service.ingest import ingest as run_ingest
+    from spanbudget.service.wiring import build_store
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     settings = _settings(data_dir=data_dir)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import anyio
-
 from spanbudget.service.errors import ServiceError
 
 __all__ = [

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from spanbudget.service.errors import ServiceError
 
 __all__ = ["GraphUnavailable", "OnnxSentenceModel", "TracedSentenceModel", "padded_groups"]

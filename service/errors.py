@@ -11,7 +11,7 @@ Below it: the gateway's `gateway.schemas.GatewayError` and `gateway.auth.AuthErr
 
 from __future__ import annotations
 
-from spanbudget.errors import SpanbudgetError
+from spanbudget.common.errors import SpanbudgetError
 
 __all__ = ["ServiceError"]
 

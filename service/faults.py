@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from opentelemetry.trace import Span
-
-from spanbudget.service.semconv import FAULT_DELAY_MS
+from spanbudget.service.attributes import FAULT_DELAY_MS
 
 __all__ = ["DELAY_HEADER", "GATEWAY_STAGES", "NO_FAULTS", "FaultPlan", "parse_delay_header"]
 

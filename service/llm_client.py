@@ -14,10 +14,9 @@ from httpx_sse import EventSource, ServerSentEvent, SSEError
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.instrumentation.utils import suppress_http_instrumentation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider, use_span
-
-from spanbudget import semconv as shared
-from spanbudget.connections import LendingTransport, read_to_end
-from spanbudget.service import semconv as sc
+from spanbudget.common import semconv
+from spanbudget.common.connections import LendingTransport, read_to_end
+from spanbudget.service import attributes as names
 from spanbudget.service.errors import ServiceError
 
 __all__ = ["ChatStream", "LLMClient", "StreamEvent", "UpstreamError"]
@@ -131,7 +130,7 @@ class ChatStream:
         if (content or summary.finish_reasons) and self.time_to_first_chunk is None:
             self.time_to_first_chunk = time.perf_counter() - self._started
             self._span.set_attribute(
-                shared.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, self.time_to_first_chunk
+                semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, self.time_to_first_chunk
             )
         if usage := payload.get("usage"):
             summary.input_tokens = usage.get("prompt_tokens")
@@ -157,17 +156,17 @@ class ChatStream:
         finally:
             summary = self._summary
             attributes: dict[str, Any] = {
-                sc.GEN_AI_RESPONSE_ID: summary.response_id,
-                sc.GEN_AI_RESPONSE_MODEL: summary.response_model,
-                sc.GEN_AI_RESPONSE_FINISH_REASONS: summary.finish_reasons,
+                semconv.GEN_AI_RESPONSE_ID: summary.response_id,
+                semconv.GEN_AI_RESPONSE_MODEL: summary.response_model,
+                semconv.GEN_AI_RESPONSE_FINISH_REASONS: summary.finish_reasons,
             }
             if summary.input_tokens is not None:
-                attributes[sc.GEN_AI_USAGE_INPUT_TOKENS] = summary.input_tokens
+                attributes[semconv.GEN_AI_USAGE_INPUT_TOKENS] = summary.input_tokens
             if summary.output_tokens is not None:
-                attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = summary.output_tokens
+                attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = summary.output_tokens
             self._span.set_attributes({k: v for k, v in attributes.items() if v})
             if error is not None:
-                self._span.set_attribute(sc.ERROR_TYPE, error_type or "error")
+                self._span.set_attribute(semconv.ERROR_TYPE, error_type or "error")
                 self._span.set_status(Status(StatusCode.ERROR, error))
             self._span.end(end_time=end_ns)
 
@@ -207,17 +206,17 @@ class LLMClient:
         model = str(body.get("model", ""))
         request_body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         attributes: dict[str, Any] = {
-            shared.GEN_AI_OPERATION_NAME: shared.OPERATION_CHAT,
-            sc.GEN_AI_PROVIDER_NAME: self._provider,
-            shared.GEN_AI_REQUEST_MODEL: model,
-            shared.GEN_AI_REQUEST_STREAM: True,
-            sc.SERVER_ADDRESS: self._server_address,
-            sc.SERVER_PORT: self._server_port,
+            semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_CHAT,
+            semconv.GEN_AI_PROVIDER_NAME: self._provider,
+            semconv.GEN_AI_REQUEST_MODEL: model,
+            semconv.GEN_AI_REQUEST_STREAM: True,
+            semconv.SERVER_ADDRESS: self._server_address,
+            semconv.SERVER_PORT: self._server_port,
         }
         if isinstance(body.get("max_tokens"), int):
-            attributes[shared.GEN_AI_REQUEST_MAX_TOKENS] = body["max_tokens"]
+            attributes[semconv.GEN_AI_REQUEST_MAX_TOKENS] = body["max_tokens"]
         span = self._tracer.start_span(
-            sc.chat_span_name(model), kind=SpanKind.CLIENT, attributes=attributes
+            names.chat_span_name(model), kind=SpanKind.CLIENT, attributes=attributes
         )
         started = time.perf_counter()
         try:
@@ -266,7 +265,7 @@ class LLMClient:
 
     @staticmethod
     def _fail(span: Span, description: str, error_type: str) -> None:
-        span.set_attribute(sc.ERROR_TYPE, error_type)
+        span.set_attribute(semconv.ERROR_TYPE, error_type)
         span.set_status(Status(StatusCode.ERROR, description))
         span.end()
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import jinja2
 from opentelemetry.trace import TracerProvider
-
-from spanbudget.service import semconv as sc
+from spanbudget.common import semconv
+from spanbudget.service import attributes as names
 from spanbudget.service.faults import NO_FAULTS, FaultPlan
 from spanbudget.service.tokens import TokenCounter
 from spanbudget.service.vectorstore import Hit
@@ -85,7 +85,7 @@ class PromptBuilder:
         faults: FaultPlan = NO_FAULTS,
     ) -> RenderedPrompt:
         with self._tracer.start_as_current_span(
-            sc.SPAN_PROMPT, attributes={sc.PROMPT_TEMPLATE_ID: self._template_id}
+            names.SPAN_PROMPT, attributes={names.PROMPT_TEMPLATE_ID: self._template_id}
         ) as span:
             await faults.inject("prompt", span)
             kept, context_tokens = self.fit(hits)
@@ -103,10 +103,10 @@ class PromptBuilder:
             )
             span.set_attributes(
                 {
-                    sc.GEN_AI_USAGE_INPUT_TOKENS: result.input_tokens,
-                    sc.PROMPT_CONTEXT_TOKENS: context_tokens,
-                    sc.PROMPT_DOCUMENTS_KEPT: result.kept,
-                    sc.PROMPT_DOCUMENTS_DROPPED: result.dropped,
+                    semconv.GEN_AI_USAGE_INPUT_TOKENS: result.input_tokens,
+                    names.PROMPT_CONTEXT_TOKENS: context_tokens,
+                    names.PROMPT_DOCUMENTS_KEPT: result.kept,
+                    names.PROMPT_DOCUMENTS_DROPPED: result.dropped,
                 }
             )
             return result

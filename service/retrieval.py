@@ -15,9 +15,8 @@ from functools import partial
 
 import anyio
 from opentelemetry.trace import SpanKind, TracerProvider
-
-from spanbudget import semconv as shared
-from spanbudget.service import semconv as sc
+from spanbudget.common import semconv
+from spanbudget.service import attributes as names
 from spanbudget.service.embedding import BatchEmbedder, Embedder, EmbeddingBatcher
 from spanbudget.service.faults import NO_FAULTS, FaultPlan
 from spanbudget.service.vectorstore import Hit, VectorStore
@@ -63,18 +62,18 @@ class Retriever:
     async def retrieve(self, query: str, faults: FaultPlan = NO_FAULTS) -> list[Hit]:
         collection = self._store.collection
         with self._tracer.start_as_current_span(
-            sc.retrieval_span_name(collection),
+            names.retrieval_span_name(collection),
             attributes={
-                shared.GEN_AI_OPERATION_NAME: sc.OPERATION_RETRIEVAL,
-                sc.GEN_AI_DATA_SOURCE_ID: collection,
+                semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_RETRIEVAL,
+                semconv.GEN_AI_DATA_SOURCE_ID: collection,
             },
         ) as span:
             await faults.inject("retrieval", span)
             with self._tracer.start_as_current_span(
-                sc.embeddings_span_name(self._model),
+                names.embeddings_span_name(self._model),
                 attributes={
-                    shared.GEN_AI_OPERATION_NAME: sc.OPERATION_EMBEDDINGS,
-                    shared.GEN_AI_REQUEST_MODEL: self._model,
+                    semconv.GEN_AI_OPERATION_NAME: semconv.OPERATION_EMBEDDINGS,
+                    semconv.GEN_AI_REQUEST_MODEL: self._model,
                 },
             ) as embeddings_span:
                 vector, timing = await self._batcher.embed(query)
@@ -82,29 +81,29 @@ class Retriever:
                 done_ns = min(max(timing.done_ns, timing.started_ns), resumed_ns)
                 embeddings_span.set_attributes(
                     {
-                        sc.EMBEDDINGS_QUEUE_MS: round(timing.queue_ms, 3),
-                        sc.EMBEDDINGS_BATCH_SIZE: timing.batch_size,
-                        sc.EMBEDDINGS_COMPUTE_MS: round(timing.compute_ms, 3),
-                        sc.EMBEDDINGS_COMPUTE_CPU_MS: round(timing.cpu_ms, 3),
-                        sc.EMBEDDINGS_LOOP_WAIT_MS: round((resumed_ns - done_ns) / 1e6, 3),
+                        names.EMBEDDINGS_QUEUE_MS: round(timing.queue_ms, 3),
+                        names.EMBEDDINGS_BATCH_SIZE: timing.batch_size,
+                        names.EMBEDDINGS_COMPUTE_MS: round(timing.compute_ms, 3),
+                        names.EMBEDDINGS_COMPUTE_CPU_MS: round(timing.cpu_ms, 3),
+                        names.EMBEDDINGS_LOOP_WAIT_MS: round((resumed_ns - done_ns) / 1e6, 3),
                     }
                 )
                 # Drawn after the fact, from the times the batcher and the model took.
-                self._tracer.start_span(sc.SPAN_EMBEDDINGS_QUEUE, start_time=timing.queued_ns).end(
-                    end_time=timing.started_ns
-                )
-                self._tracer.start_span(sc.SPAN_EMBEDDINGS_LOOP_WAIT, start_time=done_ns).end(
+                self._tracer.start_span(
+                    names.SPAN_EMBEDDINGS_QUEUE, start_time=timing.queued_ns
+                ).end(end_time=timing.started_ns)
+                self._tracer.start_span(names.SPAN_EMBEDDINGS_LOOP_WAIT, start_time=done_ns).end(
                     end_time=resumed_ns
                 )
             with self._tracer.start_as_current_span(
-                sc.query_span_name(collection),
+                names.query_span_name(collection),
                 kind=SpanKind.CLIENT if self._store.remote else SpanKind.INTERNAL,
                 attributes={
-                    sc.DB_SYSTEM_NAME: sc.DB_SYSTEM_QDRANT,
-                    sc.DB_OPERATION_NAME: "query",
-                    sc.DB_COLLECTION_NAME: collection,
-                    sc.QUERY_TOP_K: self._top_k,
-                    sc.QUERY_HNSW_EF: self._hnsw_ef,
+                    semconv.DB_SYSTEM_NAME: semconv.DB_SYSTEM_QDRANT,
+                    semconv.DB_OPERATION_NAME: "query",
+                    semconv.DB_COLLECTION_NAME: collection,
+                    names.QUERY_TOP_K: self._top_k,
+                    names.QUERY_HNSW_EF: self._hnsw_ef,
                 },
             ) as query_span:
                 search = partial(
@@ -113,5 +112,5 @@ class Retriever:
                 # Qdrant Edge answers in well under a millisecond: a hop to a worker thread
                 # costs more than that when the loop is busy. A server is network I/O.
                 hits = await anyio.to_thread.run_sync(search) if self._store.remote else search()
-                query_span.set_attribute(sc.QUERY_HIT_COUNT, len(hits))
+                query_span.set_attribute(names.QUERY_HIT_COUNT, len(hits))
             return hits

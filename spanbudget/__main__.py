@@ -1,5 +1,5 @@
 """`python -m spanbudget`: the same as the `spanbudget` command."""
 
-from spanbudget.cli import main
+from spanbudget.app.cli import main
 
 main()

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 import typer
+from spanbudget.app.cli import app
 from typer.testing import CliRunner
-
-from spanbudget.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 

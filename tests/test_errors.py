@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
 
 import pytest
-
-import spanbudget
 from spanbudget.collector.errors import CollectorError
-from spanbudget.errors import SpanbudgetError
+from spanbudget.common.errors import SpanbudgetError
 from spanbudget.service.errors import ServiceError
 
+from tests.support.layout import module_files
+
 # Modules that need the [reference] extra import fine here (make test installs it).
-MODULES = sorted(
-    info.name
-    for info in pkgutil.walk_packages(spanbudget.__path__, "spanbudget.")
-    if not info.name.endswith(("__main__", "._judge"))
-)
+MODULES = sorted(name for name in module_files() if not name.endswith("__main__"))
 
 
 def defined_exceptions() -> list[type[BaseException]]:

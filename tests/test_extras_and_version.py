@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 from importlib import metadata
 
+from spanbudget.app.cli import app
+from spanbudget.common.extras import install_command
 from typer.testing import CliRunner
-
-from spanbudget.cli import app
-from spanbudget.extras import install_command
 
 
 def test_version_is_the_installed_distributions() -> None:

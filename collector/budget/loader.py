@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from spanbudget.collector.budget.extends import (
     EXTENDS_KEYS,
     extended_name,

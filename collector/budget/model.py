@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from spanbudget.collector.errors import CollectorError
 from spanbudget.collector.spans import AttrValue, SpanKind
-from spanbudget.semconv import (
+from spanbudget.common.semconv import (
     GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
     GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
 )

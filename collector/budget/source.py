@@ -10,8 +10,9 @@ from __future__ import annotations
 import enum
 import shutil
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
+
+from spanbudget.common.shipped import shipped_file
 
 __all__ = [
     "BudgetSource",
@@ -48,7 +49,7 @@ class BudgetSource:
 
 def packaged_budget(file_name: str = FILE_NAME) -> Path:
     """The default allocation table installed with the package (or another that ships)."""
-    return Path(str(resources.files("spanbudget").joinpath(file_name)))
+    return shipped_file(file_name)
 
 
 def disaggregated_budget() -> BudgetSource:

@@ -9,14 +9,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.check.judge import CheckResult
 from spanbudget.collector.context import why
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.stats import StageSummary
 from spanbudget.collector.stats.table import StageRow, few_note, has_few, slo_line, stage_table
-from spanbudget.terminal import print_wide
+from spanbudget.common.terminal import print_wide
 
 __all__ = ["STATUS_STYLE", "render_json", "render_table", "short_ids", "worst_first"]
 

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-
-from spanbudget.commands import OutputFormat, usage_error
-from spanbudget.terminal import make_console, print_notices
+from spanbudget.common.commands import OutputFormat, usage_error
+from spanbudget.common.terminal import make_console, print_notices
 
 if TYPE_CHECKING:
     from spanbudget.collector.budget.model import Budget

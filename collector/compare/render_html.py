@@ -10,7 +10,6 @@ from importlib import resources
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
-
 from spanbudget.collector.charts import bin_counts, fmt_ms, histogram, round_edges
 from spanbudget.collector.check.render import short_ids
 from spanbudget.collector.compare.comparison import Comparison

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.check import evaluate_spans, read_inputs
 from spanbudget.collector.compare.samples import TTFT, Limits, Side

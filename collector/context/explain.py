@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from spanbudget.semconv import GEN_AI_USAGE_INPUT_TOKENS
+from spanbudget.common.semconv import GEN_AI_USAGE_INPUT_TOKENS
 
 __all__ = ["why"]
 

@@ -30,13 +30,6 @@ from libc.stdint cimport int64_t
 import dataclasses
 
 from spanbudget.collector.budget.model import WhenAbsent, attr_text
-from spanbudget.collector.semconv import (
-    VLLM_LATENCY_PREFILL,
-    VLLM_LATENCY_QUEUE,
-    VLLM_LATENCY_TTFT,
-    VLLM_PHASE_SPANS,
-    VLLM_REQUEST_SPAN,
-)
 from spanbudget.collector.spans import SpanKind, same_host, seconds_value
 from spanbudget.collector.judging.stage_table import PHASES
 from spanbudget.collector.judging.verdict import SEVERITY, StageResult, Status, Verdict
@@ -48,7 +41,14 @@ from spanbudget.collector.judging.verdict_rules import (
     carried_attributes,
     round_ms,
 )
-from spanbudget.semconv import GEN_AI_REQUEST_MODEL
+from spanbudget.common.semconv import (
+    GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL,
+    GEN_AI_LATENCY_TIME_IN_QUEUE,
+    GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
+    GEN_AI_REQUEST_MODEL,
+    VLLM_PHASE_SPANS,
+    VLLM_REQUEST_SPAN,
+)
 
 
 class _Handback:
@@ -774,11 +774,11 @@ cdef class _Trace:
         attributes = span.attributes
         cdef double ttft, queue = 0.0, prefill
         cdef int64_t ttft_ns, queue_ns, prefill_ns
-        if not _seconds(_get(attributes, VLLM_LATENCY_TTFT), &ttft):
+        if not _seconds(_get(attributes, GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN), &ttft):
             return DONE
-        if not _seconds(_get(attributes, VLLM_LATENCY_QUEUE), &queue):
+        if not _seconds(_get(attributes, GEN_AI_LATENCY_TIME_IN_QUEUE), &queue):
             queue = 0.0
-        if not _seconds(_get(attributes, VLLM_LATENCY_PREFILL), &prefill):
+        if not _seconds(_get(attributes, GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL), &prefill):
             prefill = ttft - queue if ttft - queue > 0.0 else 0.0
         if (
             _to_ns(ttft, &ttft_ns) == GIVE_BACK

@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from spanbudget.collector.semconv import (
-    VLLM_LATENCY_PREFILL,
-    VLLM_LATENCY_QUEUE,
-    VLLM_LATENCY_TTFT,
+from spanbudget.collector.spans import AttrValue, Span, SpanKind, same_host, seconds_value
+from spanbudget.common.semconv import (
+    GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL,
+    GEN_AI_LATENCY_TIME_IN_QUEUE,
+    GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
     VLLM_PHASE_SPANS,
     VLLM_REQUEST_SPAN,
 )
-from spanbudget.collector.spans import AttrValue, Span, SpanKind, same_host, seconds_value
 
 __all__ = ["Classifier", "Node", "Tree", "assemble", "attribute_window"]
 
@@ -104,11 +104,11 @@ def _expand_vllm(node: Node) -> None:
     vLLM before 0.10.2 (the V0 engine) reports no prefill time; its queue time runs from
     arrival, so the prefill is the rest of the time to the first token and no frontend.
     """
-    ttft = seconds_value(node.attributes.get(VLLM_LATENCY_TTFT))
+    ttft = seconds_value(node.attributes.get(GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN))
     if ttft is None:
         return
-    queue = seconds_value(node.attributes.get(VLLM_LATENCY_QUEUE)) or 0.0
-    prefill = seconds_value(node.attributes.get(VLLM_LATENCY_PREFILL))
+    queue = seconds_value(node.attributes.get(GEN_AI_LATENCY_TIME_IN_QUEUE)) or 0.0
+    prefill = seconds_value(node.attributes.get(GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL))
     if prefill is None:
         prefill = max(0.0, ttft - queue)
     start, end = node.start, node.end

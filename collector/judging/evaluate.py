@@ -23,7 +23,7 @@ from spanbudget.collector.judging.verdict_rules import (
     round_ms,
 )
 from spanbudget.collector.spans import Span, seconds_value
-from spanbudget.semconv import GEN_AI_REQUEST_MODEL
+from spanbudget.common.semconv import GEN_AI_REQUEST_MODEL
 
 __all__ = ["COMPILED", "PURE_PYTHON_ENV", "Evaluator", "Judged", "evaluate", "first_token_ns"]
 

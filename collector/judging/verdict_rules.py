@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from spanbudget.collector.annotations import LOADTEST_PREFIX
 from spanbudget.collector.judging.verdict import StageResult, Status
-from spanbudget.collector.semconv import LOADTEST_PREFIX
 from spanbudget.collector.spans import AttrValue
-from spanbudget.semconv import GEN_AI_REQUEST_MODEL
+from spanbudget.common.semconv import GEN_AI_REQUEST_MODEL
 
 __all__ = [
     "EXACT_BELOW_NS",

@@ -147,7 +147,6 @@ def collect(
         spanbudget collect --pull-jaeger http://127.0.0.1:16686 --pull-service rag-gateway
     """
     from pydantic import ValidationError
-
     from spanbudget.collector.durations import parse_duration
     from spanbudget.collector.live.settings import CollectorSettings
 
@@ -182,16 +181,15 @@ def collect(
         ):
             options[key] = None if text is None else parse_duration(text)
         given = {k: v for k, v in options.items() if v is not None}
-        settings = CollectorSettings(**given)
+        settings = CollectorSettings.from_flat(**given)
     except ValidationError as exc:
         typer.echo(f"error: {_problems(exc, given)}", err=True)
         raise typer.Exit(2) from None
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    if settings.forward_otlp is None and (
-        settings.forward_keep is not None or settings.forward_sample is not None
-    ):
+    forward = settings.forward
+    if forward.otlp is None and (forward.keep is not None or forward.sample is not None):
         log.warning("--forward-keep and --forward-sample do nothing without --forward-otlp")
     raise typer.Exit(run(settings))
 
@@ -209,17 +207,20 @@ _FLAGS = {
 def _problems(exc: Any, given: dict[str, Any]) -> str:
     """A settings error on one line, each problem named by the flag, or the environment
     variable, that gave the value."""
+    from spanbudget.collector.live.settings import ENV_PREFIX, CollectorSettings
+
+    flat_of = {where: flat for flat, where in CollectorSettings.flat_names().items()}
     problems = []
     for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else ""
         message = str(error["msg"]).removeprefix("Value error, ")
-        if not field:  # a rule over several settings names its flags itself
+        if not error["loc"]:  # a rule over several settings names its flags itself
             problems.append(message)
             continue
+        field = flat_of.get(tuple(str(part) for part in error["loc"]), str(error["loc"][-1]))
         if field in given:
             where = _FLAGS.get(field, "--" + field.replace("_", "-"))
         else:
-            where = f"SPANBUDGET_COLLECTOR_{field.upper()}"
+            where = f"{ENV_PREFIX}{field.upper()}"
         problems.append(f"{where}: {message} (got {error['input']!r})")
     return "; ".join(problems)
 
@@ -229,10 +230,10 @@ def run(settings: Any) -> int:
     from spanbudget.collector.budget.loader import BudgetError, load_budget
     from spanbudget.collector.budget.source import find_budget
     from spanbudget.collector.judging.evaluate import COMPILED
-    from spanbudget.collector.live.api import create_app
+    from spanbudget.collector.live.app import app_for
     from spanbudget.collector.live.gc_settings import tune_for_throughput
     from spanbudget.collector.live.pipeline import assemble
-    from spanbudget.serving import parse_listen, serve
+    from spanbudget.common.serving import parse_listen, serve
 
     source = find_budget(settings.budget_path)
     log.info("%s", source.describe())
@@ -258,24 +259,26 @@ def run(settings: Any) -> int:
         *parse_listen(settings.listen),
         loaded.budget.name,
         source.path,
-        settings.db_path,
-        settings.decision_wait_seconds,
+        settings.store.db_path,
+        settings.assembly.decision_wait_seconds,
         "compiled" if COMPILED else "pure-Python (the compiled one is not built)",
-        f", forwarding {forwarder.policy.describe()} to {settings.forward_traces_url}"
+        f", forwarding {forwarder.policy.describe()} to {settings.forward.traces_url}"
         if forwarder
         else "",
     )
     if pipeline.pull is not None:
         log.info(
             "judging the traces of %r found in Jaeger at %s too",
-            settings.pull_service,
-            settings.pull_jaeger,
+            settings.pull.service,
+            settings.pull.jaeger,
         )
     tune_for_throughput()
     started = False
     try:
         started = serve(
-            create_app(pipeline), settings.listen, header_timeout=settings.header_timeout_seconds
+            app_for(pipeline),
+            settings.listen,
+            header_timeout=settings.intake.header_timeout_seconds,
         )
     finally:
         log.info("shutting down: judging buffered traces, draining the forwarder")

@@ -12,19 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import httpx
+from spanbudget.collector.context import EngineSamples, parse_engine_metrics
 
-from spanbudget.collector.context import EngineSamples, arrival_ns, parse_engine_metrics
-from spanbudget.collector.context import request_attributes as prompt_attributes
-from spanbudget.collector.spans import Span
-
-__all__ = ["Annotate", "EngineScraper", "annotate_with"]
+__all__ = ["EngineScraper"]
 
 log = logging.getLogger(__name__)
-# What a verdict carries besides its own numbers, from its trace's spans.
-Annotate = Callable[[Sequence[Span]], dict[str, str | int | float | bool]]
 
 
 class EngineScraper:
@@ -85,22 +80,3 @@ class EngineScraper:
             started = time.monotonic()
             self.scrape()
             self._stop.wait(max(0.0, self.every_s - (time.monotonic() - started)))
-
-
-def annotate_with(samples: EngineSamples | None) -> Annotate:
-    """What a trace's verdict carries besides its own: the prompt's tokens, and with
-    `samples` the engine's state when the request arrived (counts as integers) and how old
-    that scrape was."""
-
-    def annotate(spans: Sequence[Span]) -> dict[str, str | int | float | bool]:
-        out: dict[str, str | int | float | bool] = dict(prompt_attributes(spans))
-        arrived = arrival_ns(spans)
-        found = None if samples is None or arrived is None else samples.at(arrived)
-        if found is not None:
-            state, age_ns = found
-            for key, value in state.items():
-                out[key] = round(value, 4) if key == "engine.kv_cache_usage" else round(value)
-            out["engine.scrape_age_ms"] = round(age_ns / 1e6, 1)
-        return out
-
-    return annotate

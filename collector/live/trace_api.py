@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, HTTPException
-
-from spanbudget.collector.live.span_store import SpanStore
+from spanbudget.collector.sinks.span_store import SpanStore
 from spanbudget.collector.spans import AttrValue, Span
 
 __all__ = ["otlp_json", "trace_router"]

@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
 from spanbudget.collector.loadtest.schedule import Arrival
-from spanbudget.commands import usage_error
-from spanbudget.terminal import make_console, print_error
+from spanbudget.common.commands import usage_error
+from spanbudget.common.terminal import make_console, print_error
 
 __all__ = ["loadtest"]
 
@@ -109,7 +108,7 @@ def loadtest(
     from spanbudget.collector.loadtest.schedule import Phase
     from spanbudget.collector.loadtest.sweep import parse_sweep
     from spanbudget.collector.loadtest.sweep_run import SweepRun
-    from spanbudget.collector.loadtest.telemetry import DEFAULT_COLLECTOR, loadtest_tracer_provider
+    from spanbudget.collector.loadtest.tracer import DEFAULT_COLLECTOR, loadtest_tracer_provider
 
     source = find_budget(budget)
     make_console(stderr=True).print(source.describe())

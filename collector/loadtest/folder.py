@@ -11,7 +11,7 @@ from spanbudget.collector.errors import CollectorError
 from spanbudget.collector.loadtest.files import REPORT_JSON, REQUESTS_CSV, read_report, read_results
 from spanbudget.collector.loadtest.records import RequestResult
 from spanbudget.collector.loadtest.report_model import Report
-from spanbudget.collector.stats import Judged
+from spanbudget.collector.stats import ShareRow
 
 __all__ = ["NotARunError", "RunFolder", "is_run_folder", "judged_requests", "read_run"]
 
@@ -41,10 +41,10 @@ def read_run(path: Path) -> RunFolder:
         raise NotARunError(f"{path}: not a load-test run folder ({why})") from None
 
 
-def judged_requests(results: Sequence[RequestResult]) -> list[Judged]:
+def judged_requests(results: Sequence[RequestResult]) -> list[ShareRow]:
     """Each request that got a verdict, at its send time (seconds from the run's start)."""
     return [
-        Judged(
+        ShareRow(
             at=r.request.sent_s,
             ttft_ms=r.verdict.ttft_ms,
             stage_ms={name: stage.ms for name, stage in r.verdict.stages.items()},

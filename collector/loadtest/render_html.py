@@ -18,7 +18,6 @@ from importlib import resources
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
-
 from spanbudget.collector.charts import (
     BandRow,
     band_class,

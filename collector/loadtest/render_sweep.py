@@ -10,7 +10,6 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-
 from spanbudget.collector.loadtest.sweep import (
     SLO_ROW,
     TTFT_ROW,
@@ -21,7 +20,7 @@ from spanbudget.collector.loadtest.sweep import (
     rate_label,
 )
 from spanbudget.collector.stats import CONFIDENCE, min_count, wilson_interval
-from spanbudget.terminal import print_wide
+from spanbudget.common.terminal import print_wide
 
 __all__ = ["knee_cells", "render_sweep", "step_line"]
 

@@ -19,7 +19,6 @@ import httpx
 from opentelemetry.sdk.trace import TracerProvider
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.errors import CollectorError
 from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord

@@ -7,7 +7,6 @@ from __future__ import annotations
 from importlib import resources
 
 from markupsafe import Markup
-
 from spanbudget.collector.charts import esc, fmt_ms, nice_ticks, num, stage_class, svg_root
 from spanbudget.collector.links import ui_run_url
 from spanbudget.collector.loadtest.render_sweep import first_break_line, knee_cells

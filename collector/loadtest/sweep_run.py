@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 
 from opentelemetry.sdk.trace import TracerProvider
 from rich.console import Console
-
 from spanbudget.collector.loadtest.files import REQUESTS_CSV, read_results
 from spanbudget.collector.loadtest.render_sweep import render_sweep, step_line
 from spanbudget.collector.loadtest.run import (

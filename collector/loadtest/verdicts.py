@@ -10,7 +10,6 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import httpx
-
 from spanbudget.collector.errors import CollectorError
 from spanbudget.collector.judging.verdict import Verdict
 from spanbudget.collector.links import MAX_LIST

@@ -8,7 +8,6 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import httpx
-
 from spanbudget.collector.readers._errors import TraceReadError
 from spanbudget.collector.readers._formats import parse_traces
 from spanbudget.collector.spans import Span

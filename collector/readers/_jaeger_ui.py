@@ -11,7 +11,7 @@ from typing import Any
 
 from spanbudget.collector.readers._errors import TraceReadError
 from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind, first_events
-from spanbudget.semconv import HOST_ID, HOST_NAME
+from spanbudget.common.semconv import HOST_ID, HOST_NAME
 
 __all__ = ["spans_from_jaeger_trace", "spans_from_jaeger_ui"]
 

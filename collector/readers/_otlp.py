@@ -14,10 +14,9 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
-
 from spanbudget.collector.readers._errors import TraceReadError
 from spanbudget.collector.spans import AttrValue, Span, SpanKind, first_events
-from spanbudget.semconv import HOST_ID, HOST_NAME, SERVICE_NAME
+from spanbudget.common.semconv import HOST_ID, HOST_NAME, SERVICE_NAME
 
 __all__ = [
     "request_from_json",

@@ -17,7 +17,7 @@ from spanbudget.collector.stats.intervals import (
 from spanbudget.collector.stats.share import (
     UNATTRIBUTED,
     BudgetShare,
-    Judged,
+    ShareRow,
     ShareSlice,
     StageShare,
     budget_share,
@@ -34,7 +34,7 @@ __all__ = [
     "PERCENTILES",
     "UNATTRIBUTED",
     "BudgetShare",
-    "Judged",
+    "ShareRow",
     "ShareSlice",
     "Slices",
     "SloDecision",

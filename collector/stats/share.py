@@ -17,7 +17,7 @@ Definitions (docs/budget-share.md says the same for users):
   kept to its target: the time was unattributed) counts for `unattributed`.
 
 The core takes columns (numpy arrays, one row a trace) and is O(n); `share_of` builds them
-from verdicts or anything shaped like one (`Judged`).
+from verdicts or anything shaped like one (`ShareRow`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.stats.intervals import CONFIDENCE, min_count, wilson_interval
 from spanbudget.collector.stats.slices import Slices, slices_for
@@ -37,7 +36,7 @@ __all__ = [
     "UNATTRIBUTED",
     "WIDE_INTERVAL",
     "BudgetShare",
-    "Judged",
+    "ShareRow",
     "ShareSlice",
     "StageShare",
     "budget_share",
@@ -283,7 +282,7 @@ def _slices(
     return tuple(out)
 
 
-class Judged(NamedTuple):
+class ShareRow(NamedTuple):
     """What the shares read of one judged trace: any verdict-like record becomes one."""
 
     at: float
@@ -293,7 +292,7 @@ class Judged(NamedTuple):
     blame: Sequence[str]
 
     @classmethod
-    def of(cls, verdict: Verdict, at: float | None = None) -> Judged:
+    def of(cls, verdict: Verdict, at: float | None = None) -> ShareRow:
         """A verdict, at `at` (default: when it was judged)."""
         return cls(
             at=verdict.evaluated_at.timestamp() if at is None else at,
@@ -305,14 +304,14 @@ class Judged(NamedTuple):
 
 
 def share_of(
-    judged: Iterable[Judged | Verdict],
+    judged: Iterable[ShareRow | Verdict],
     *,
     names: Sequence[str] | None = None,
     slices: Slices | None = None,
 ) -> BudgetShare:
-    """The shares over verdicts (or `Judged` records). `names`: the stages in budget order
+    """The shares over verdicts (or `ShareRow` records). `names`: the stages in budget order
     (default: as the records name them, first seen first)."""
-    rows = [j if isinstance(j, Judged) else Judged.of(j) for j in judged]
+    rows = [j if isinstance(j, ShareRow) else ShareRow.of(j) for j in judged]
     if names is None:
         seen: dict[str, None] = {}
         for row in rows:
@@ -339,7 +338,9 @@ def share_of(
     )
 
 
-def share_over_time(judged: Sequence[Judged], names: Sequence[str], max_slices: int) -> BudgetShare:
+def share_over_time(
+    judged: Sequence[ShareRow], names: Sequence[str], max_slices: int
+) -> BudgetShare:
     """The shares over `judged`, and per round slice of the time they span: at most
     `max_slices` slices (0: none), each wide enough to hold on average the traces a p95
     needs, as the overview slices its figures."""

@@ -10,9 +10,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-
 from spanbudget.collector.stats.share import BudgetShare
-from spanbudget.terminal import print_wide
+from spanbudget.common.terminal import print_wide
 
 __all__ = ["render_share"]
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from rich import box
 from rich.table import Table
 from rich.text import Text
-
 from spanbudget.collector.stats.intervals import (
     CONFIDENCE,
     SloDecision,

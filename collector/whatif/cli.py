@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from spanbudget.commands import OutputFormat, usage_error
-from spanbudget.terminal import make_console, print_error, print_notices
+from spanbudget.common.commands import OutputFormat, usage_error
+from spanbudget.common.terminal import make_console, print_error, print_notices
 
 __all__ = ["whatif"]
 
@@ -86,7 +85,6 @@ def whatif(
         spanbudget whatif --collector http://127.0.0.1:4318 --since 15m --stage prompt=x0.8
     """
     import httpx
-
     from spanbudget.collector.budget.choice import BudgetChoiceError, choose_budget
     from spanbudget.collector.whatif import (
         SourceError,

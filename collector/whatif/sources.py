@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import httpx
-
 from spanbudget.collector.check import read_inputs
 from spanbudget.collector.errors import CollectorError
 from spanbudget.collector.links import MAX_LIST

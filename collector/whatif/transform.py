@@ -44,12 +44,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from spanbudget.collector.budget.model import FirstTokenMark, Selector
-from spanbudget.collector.semconv import (
-    VLLM_LATENCY_PREFILL,
-    VLLM_LATENCY_QUEUE,
-    VLLM_LATENCY_TTFT,
-)
 from spanbudget.collector.spans import AttrValue, Span, SpanEvent, seconds_value
+from spanbudget.common.semconv import (
+    GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL,
+    GEN_AI_LATENCY_TIME_IN_QUEUE,
+    GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
+)
 
 __all__ = ["retime"]
 
@@ -200,25 +200,31 @@ def _finish(item: _Item, clock: _Clock, marks: Sequence[FirstTokenMark], is_root
             changed = True
         if own_first is None and _carries(mark, span, is_root):
             own_first = (old, new)
-    ttft = seconds_value(span.attributes.get(VLLM_LATENCY_TTFT))
+    ttft = seconds_value(span.attributes.get(GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN))
     if ttft is not None:  # vLLM's phases end at its first token (rule 4 of the module)
         first_old = span.start_ns + round(ttft * _NS_PER_S)
         first_new = clock.place(first_old)
         if first_new - item.new_start != first_old - span.start_ns:
-            attributes[VLLM_LATENCY_TTFT] = max(0, first_new - item.new_start) / _NS_PER_S
+            attributes[GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN] = (
+                max(0, first_new - item.new_start) / _NS_PER_S
+            )
             changed = True
-        prefill = seconds_value(span.attributes.get(VLLM_LATENCY_PREFILL))
-        queue = seconds_value(span.attributes.get(VLLM_LATENCY_QUEUE))
+        prefill = seconds_value(span.attributes.get(GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL))
+        queue = seconds_value(span.attributes.get(GEN_AI_LATENCY_TIME_IN_QUEUE))
         prefill_old = first_old - round((prefill or 0.0) * _NS_PER_S)
         prefill_new = clock.place(prefill_old)
         if prefill is not None and first_new - prefill_new != first_old - prefill_old:
-            attributes[VLLM_LATENCY_PREFILL] = max(0, first_new - prefill_new) / _NS_PER_S
+            attributes[GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL] = (
+                max(0, first_new - prefill_new) / _NS_PER_S
+            )
             changed = True
         if queue is not None:
             queue_old = prefill_old - round(queue * _NS_PER_S)
             queue_new = clock.place(queue_old)
             if prefill_new - queue_new != prefill_old - queue_old:
-                attributes[VLLM_LATENCY_QUEUE] = max(0, prefill_new - queue_new) / _NS_PER_S
+                attributes[GEN_AI_LATENCY_TIME_IN_QUEUE] = (
+                    max(0, prefill_new - queue_new) / _NS_PER_S
+                )
                 changed = True
     if changed:
         item.attributes = attributes

@@ -18,7 +18,6 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
 from spanbudget.service.engine.api_errors import ApiError, error_response, validation_error
 from spanbudget.service.engine.completions import completions_router
 from spanbudget.service.engine.protocol import model_card, system_fingerprint

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-
 from spanbudget.service.engine.protocol import ErrorInfo, ErrorResponse, RequestParameterError
 from spanbudget.service.errors import ServiceError
 

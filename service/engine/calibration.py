@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-
-from spanbudget.semconv import (
+from spanbudget.common.semconv import (
     GEN_AI_LATENCY_TIME_IN_MODEL_DECODE,
     GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL,
     GEN_AI_LATENCY_TIME_IN_QUEUE,

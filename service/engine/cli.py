@@ -8,8 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-
-from spanbudget.extras import exit_unless_installed
+from spanbudget.common.extras import exit_unless_installed
 
 __all__ = ["engine", "engine_app"]
 
@@ -185,10 +184,9 @@ def engine(
 
 def _print_presets() -> None:
     from rich.table import Table
-
+    from spanbudget.common.terminal import make_console, print_wide
     from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
     from spanbudget.service.engine.presets import DEFAULT_PRESET, PRESETS
-    from spanbudget.terminal import make_console, print_wide
 
     table = Table(title="engine emulator presets (modelled)")
     columns = ("preset", "deployment", "prefill 500 tok ms", "decode step b=1 ms", "KV tokens")
@@ -228,15 +226,14 @@ def _serve(settings: Any, preset: Any) -> None:
     import sys
 
     from prometheus_client import CollectorRegistry
-
+    from spanbudget.common.serving import serve
     from spanbudget.service.engine.api import create_app, quiet_deliberate_cuts
     from spanbudget.service.engine.faults import TroubleMaker
     from spanbudget.service.engine.generation import OutputPlanner
     from spanbudget.service.engine.runtime import EngineRuntime
     from spanbudget.service.engine.tracing import RequestTracer
-    from spanbudget.service.telemetry import engine_tracer_provider
     from spanbudget.service.tokens import load_tokenizer
-    from spanbudget.serving import serve
+    from spanbudget.service.tracers import engine_tracer_provider
 
     log = logging.getLogger("spanbudget.engine")
     provider = engine_tracer_provider()

@@ -16,7 +16,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
-
 from spanbudget.service.engine.api_errors import ApiError
 from spanbudget.service.engine.engine_loop import EngineDead
 from spanbudget.service.engine.faults import DELAY_HEADER, engine_delays

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
 from spanbudget.service.engine.engine_loop import StepRecord
 from spanbudget.service.engine.scheduler import RequestTimings, SchedulerStats
 

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
-from spanbudget.commands import OutputFormat, usage_error
-from spanbudget.terminal import make_console, print_wide
+from spanbudget.common.commands import OutputFormat, usage_error
+from spanbudget.common.terminal import make_console, print_wide
 
 __all__ = ["calibrate_command", "predict"]
 

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from spanbudget.service.errors import ServiceError
 
 __all__ = [

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from prometheus_client import CollectorRegistry
-
 from spanbudget.service.engine.core_priority import CorePriority
 from spanbudget.service.engine.core_process import ProcessEngineLoop
 from spanbudget.service.engine.engine_loop import (

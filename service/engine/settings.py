@@ -6,11 +6,10 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
+from spanbudget.common.serving import parse_listen
 from spanbudget.service.engine.faults import StallSchedule, parse_stall
 from spanbudget.service.engine.presets import DEFAULT_PRESET, Preset, get_preset
 from spanbudget.service.tokens import DEFAULT_TOKENIZER
-from spanbudget.serving import parse_listen
 
 __all__ = ["EngineSettings"]
 

@@ -14,8 +14,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-from spanbudget.semconv import (
+from spanbudget.common.semconv import (
     GEN_AI_LATENCY_E2E,
     GEN_AI_LATENCY_TIME_IN_MODEL_DECODE,
     GEN_AI_LATENCY_TIME_IN_MODEL_INFERENCE,

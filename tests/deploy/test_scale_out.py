@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 import pytest
+from spanbudget.app.processes import Child, Supervisor
+from spanbudget.app.stack import Jaeger
 
-from spanbudget.processes import Child, Supervisor
-from spanbudget.stack import Jaeger
 from tests.support.binaries import go_binary
 from tests.support.servers import free_port, wait_until
 

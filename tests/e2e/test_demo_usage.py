@@ -6,17 +6,17 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
+from spanbudget.app.demo import DemoSettings, retrieval_waits, stack_of, what_to_look_at
+from spanbudget.app.stack import JAEGER_CONFIG
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.loadtest.client import RequestRecord
 from spanbudget.collector.loadtest.files import write_results
 from spanbudget.collector.loadtest.records import RequestResult
 from spanbudget.collector.loadtest.report import build_report
-from spanbudget.demo import DemoSettings, retrieval_waits, stack_of, what_to_look_at
-from spanbudget.stack import JAEGER_CONFIG
-from tests.collector.live.harness import running_collector
+from typer.testing import CliRunner
+
+from tests.support.collector import running_collector
 from tests.support.otlp import to_request
 from tests.support.reports import INFO, make_results
 from tests.support.traces import T0_NS, rag_trace

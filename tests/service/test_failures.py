@@ -14,8 +14,8 @@ import httpx
 import jwt
 import pytest
 from opentelemetry.trace import StatusCode
-
 from spanbudget.service.embedding_process import EmbeddingProcess, EmbeddingWorkerError
+
 from tests.asgi import post_scope
 from tests.service.conftest import GatewayFactory, by_name, chat_body
 from tests.service.upstream import FakeLLM

@@ -6,7 +6,6 @@ import time
 
 import jwt
 import pytest
-
 from spanbudget.service.engine.settings import EngineSettings
 from spanbudget.service.faults import FaultPlan, parse_delay_header
 from spanbudget.service.gateway.auth import Authenticator, AuthError, key_id

@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from spanbudget.service.assembly import build_store
 from spanbudget.service.embedding import SentenceTransformerEmbedder
 from spanbudget.service.ingest import Document, chunk_document, chunk_text, ingest, read_paths
 from spanbudget.service.prompt import PromptBuilder
 from spanbudget.service.settings import Settings
-from spanbudget.service.telemetry import build_tracer_provider
 from spanbudget.service.tokens import TokenCounter
+from spanbudget.service.tracers import build_tracer_provider
 from spanbudget.service.vectorstore import EdgeStore, Hit
+from spanbudget.service.wiring import build_store
 
 
 def test_chunks_respect_the_size_and_keep_all_words() -> None:

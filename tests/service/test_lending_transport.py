@@ -7,8 +7,8 @@ import asyncio
 
 import httpx
 import pytest
+from spanbudget.common.connections import LendingTransport
 
-from spanbudget.connections import LendingTransport
 from tests.support.servers import RecordingApp, ServerThread, free_port
 
 

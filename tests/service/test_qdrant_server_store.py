@@ -14,15 +14,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from qdrant_client import QdrantClient
-
-from spanbudget.service.assembly import build_store
 from spanbudget.service.embedding import SentenceTransformerEmbedder
 from spanbudget.service.faults import FaultPlan
 from spanbudget.service.ingest import Document, ingest
 from spanbudget.service.retrieval import Retriever
 from spanbudget.service.settings import Settings
-from spanbudget.service.telemetry import build_tracer_provider
+from spanbudget.service.tracers import build_tracer_provider
 from spanbudget.service.vectorstore import EdgeStore, QdrantServerStore, StoreUnavailable
+from spanbudget.service.wiring import build_store
 
 
 @pytest.mark.filterwarnings("ignore:Local mode performs exact:UserWarning")

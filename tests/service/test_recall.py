@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from spanbudget.service.embedding import SentenceTransformerEmbedder
 from spanbudget.service.ingest import Document, default_corpus, ingest
 from spanbudget.service.settings import Settings

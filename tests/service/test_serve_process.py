@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
 from spanbudget.service.embedding import SentenceTransformerEmbedder
 from spanbudget.service.ingest import ingest
 from spanbudget.service.vectorstore import EdgeStore
+
 from tests.service.conftest import SMALL_CORPUS, chat_body
 from tests.support.servers import ServerThread, free_port, read_asgi_body
 
@@ -97,7 +97,7 @@ def test_serve_flushes_spans_on_shutdown_signal(
             # Nothing is exported on the batch schedule: only a flush at shutdown sends spans.
             "OTEL_BSP_SCHEDULE_DELAY": "600000",
         }
-        command = [sys.executable, "-c", "from spanbudget.cli import main; main()", "serve",
+        command = [sys.executable, "-c", "from spanbudget.app.cli import main; main()", "serve",
                    "--listen", f"127.0.0.1:{port}", "--llm-base-url", f"{upstream.url}/v1",
                    "--data-dir", str(data_dir)]  # fmt: skip
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
-
 from spanbudget.service.vectorstore import EdgeStore
+
 from tests.service.conftest import GatewayFactory, by_name, chat_body, status_code_of
 from tests.service.upstream import ANSWER, FakeLLM
 

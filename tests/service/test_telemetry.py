@@ -15,19 +15,19 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util.types import Attributes
-
-from spanbudget.service.telemetry import (
+from spanbudget.service.tracers import (
     GATEWAY_SERVICE_NAME,
     build_tracer_provider,
     engine_tracer_provider,
 )
+
 from tests.service.conftest import GatewayFactory, chat_body
 
 # What a child process prints: the instance id its provider's resource carries.
 _CHILD = """
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from spanbudget.service.telemetry import build_tracer_provider
+from spanbudget.service.tracers import build_tracer_provider
 provider = build_tracer_provider(
     "rag-gateway", processor=SimpleSpanProcessor(InMemorySpanExporter()), env={}
 )

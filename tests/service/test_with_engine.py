@@ -8,8 +8,8 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from spanbudget.app.processes import Child, Supervisor
 
-from spanbudget.processes import Child, Supervisor
 from tests.service.conftest import GatewayFactory, by_name, chat_body
 from tests.support.servers import free_port
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-c", "from spanbudget.cli import main; main()", "engine",
+    command = [sys.executable, "-c", "from spanbudget.app.cli import main; main()", "engine",
                "--listen", f"127.0.0.1:{port}"]  # fmt: skip
     log = tmp_path_factory.mktemp("engine") / "engine.log"
     env = {"OTEL_SDK_DISABLED": "true", "HF_HUB_OFFLINE": "1"}

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hypothesis import strategies as st
-
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.evaluate import COMPILED, Evaluator, Judged

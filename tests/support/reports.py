@@ -11,6 +11,7 @@ from spanbudget.collector.judging.verdict import Verdict
 from spanbudget.collector.loadtest.client import RequestRecord
 from spanbudget.collector.loadtest.records import RequestResult, join
 from spanbudget.collector.loadtest.report_model import RunInfo
+
 from tests.support.traces import rag_trace
 
 

@@ -1,4 +1,4 @@
-"""The embedded stack (`spanbudget.stack.Stack`) on free loopback ports, as the end-to-end,
+"""The embedded stack (`spanbudget.app.stack.Stack`) on free loopback ports, as the end-to-end,
 web UI, preset and Jaeger tests start it: the repository's budget, a short decision wait,
 and a corpus of three small documents ingested in seconds."""
 
@@ -11,8 +11,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from spanbudget.processes import Child, Supervisor
-from spanbudget.stack import Jaeger, Stack, spanbudget_command
+from spanbudget.app.processes import Child, Supervisor
+from spanbudget.app.stack import Jaeger, Stack, spanbudget_command
+
 from tests.support.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from spanbudget.collector.spans import Span
+
 from tests.support.otlp import request_to_json, to_request
 from tests.support.traces import rag_trace
 

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Verdict
+
 from tests.support.traces import rag_trace
 
 __all__ = ["COLD_START_BLIP", "SUSTAINED", "Segment", "replay"]

@@ -13,10 +13,10 @@ from typing import Any
 
 import httpx
 import pytest
-
 from spanbudget.collector.budget.loader import load_budget
+
 from tests.collector.alerts.alertmanager import Alertmanager
-from tests.collector.live.harness import running_collector
+from tests.support.collector import running_collector
 from tests.support.otlp import to_request
 from tests.support.servers import wait_until
 from tests.support.traces import rag_trace

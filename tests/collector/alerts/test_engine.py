@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from spanbudget.collector.alerts.burnrate import DEFAULT_RULES, BurnRule, RollingCounts
 from spanbudget.collector.alerts.engine import Alert, AlertEngine, AlertSettings
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Verdict
+
 from tests.support.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[3]

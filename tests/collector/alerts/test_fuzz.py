@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from spanbudget.collector.alerts.burnrate import DEFAULT_RULES
+
 from tests.collector.alerts.alertmanager import WebhookReceiver
 from tests.collector.alerts.fuzz_bodies import (
     PROTOBUF,

@@ -7,12 +7,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from spanbudget.collector.alerts.burnrate import DEFAULT_RULES
 from spanbudget.collector.alerts.engine import Alert, AlertEngine, AlertSettings, RuleState
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.verdict import Verdict
+
 from tests.collector.alerts.recording import COLD_START_BLIP, SUSTAINED, Segment, replay
 
 REPO = Path(__file__).resolve().parents[3]

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from spanbudget.collector.alerts.burnrate import DEFAULT_RULES
 from spanbudget.collector.alerts.engine import Alert, AlertEngine, AlertSettings
 from spanbudget.collector.alerts.sinks import AlertmanagerSink, Dispatcher
 from spanbudget.collector.budget.loader import load_budget
+
 from tests.collector.alerts.alertmanager import Alertmanager, WebhookReceiver, notifying_config
 from tests.collector.alerts.recording import COLD_START_BLIP, SUSTAINED, Segment, replay
 from tests.support.servers import wait_until

@@ -7,10 +7,10 @@ import logging
 from pathlib import Path
 
 import pytest
-
 from spanbudget.collector.alerts.engine import Alert, AlertEngine, AlertSettings
 from spanbudget.collector.alerts.sinks import Dispatcher, LogSink, WebhookSink
 from spanbudget.collector.budget.loader import load_budget
+
 from tests.collector.alerts.alertmanager import WebhookReceiver
 from tests.collector.alerts.recording import Segment, replay
 from tests.support.servers import wait_until

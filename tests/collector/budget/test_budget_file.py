@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from spanbudget.collector.budget.loader import BudgetError, load_budget, parse_budget
 from spanbudget.collector.budget.model import WhenAbsent
 from spanbudget.collector.spans import SpanKind

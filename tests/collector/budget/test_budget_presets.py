@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from spanbudget.collector.budget.loader import BudgetError, load_budget, load_preset, parse_budget
 from spanbudget.collector.budget.model import DEFAULT_FIRST_TOKEN, WhenAbsent
 from spanbudget.collector.budget.presets import UnknownPresetError, preset_names, preset_path

@@ -6,9 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.budget.source import (
     Origin,
@@ -16,6 +14,8 @@ from spanbudget.collector.budget.source import (
     packaged_budget,
     write_default_budget,
 )
+from typer.testing import CliRunner
+
 from tests.support.otlp import to_otlp_json
 from tests.support.traces import rag_trace
 

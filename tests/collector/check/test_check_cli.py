@@ -10,9 +10,9 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from spanbudget.app.cli import app
 from typer.testing import CliRunner
 
-from spanbudget.cli import app
 from tests.support.otlp import to_otlp_json, to_request
 from tests.support.traces import rag_trace
 

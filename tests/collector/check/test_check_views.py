@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.check import evaluate_spans
 from spanbudget.collector.check.render import render_table, short_ids
 from spanbudget.collector.stats import percentile, wilson_interval
+from typer.testing import CliRunner
+
 from tests.support.otlp import to_otlp_json
 from tests.support.traces import rag_trace
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.loadtest.render_terminal import render_terminal
 from spanbudget.collector.loadtest.report import build_report
-from spanbudget.terminal import HELP_WIDTH, make_console, print_wide
+from spanbudget.common.terminal import HELP_WIDTH, make_console, print_wide
+from typer.testing import CliRunner
+
 from tests.support.otlp import to_otlp_json
 from tests.support.reports import INFO, make_results
 from tests.support.traces import rag_trace

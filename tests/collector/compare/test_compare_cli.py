@@ -9,16 +9,16 @@ import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.verdict import Verdict
 from spanbudget.collector.loadtest.client import RequestRecord
 from spanbudget.collector.loadtest.files import REQUESTS_CSV, write_results
 from spanbudget.collector.loadtest.records import join
+from typer.testing import CliRunner
+
 from tests.collector.compare.conftest import BUDGET_PATH, traces, verdicts
-from tests.collector.live.harness import running_collector, send_spans
+from tests.support.collector import running_collector, send_spans
 from tests.support.otlp import to_otlp_json
 
 runner = CliRunner()

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import pytest
-
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.compare import Change, CompareSettings, Side, compare
 from spanbudget.collector.judging.verdict import Status
+
 from tests.collector.compare.conftest import traces, verdicts
 
 

@@ -8,15 +8,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from spanbudget.app.cli import app
+from spanbudget.collector.loadtest.client import DELAY_HEADER, ChatRequest, parse_delay
+from spanbudget.collector.loadtest.runner import RunSettings, run_requests
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 from typer.testing import CliRunner
 
-from spanbudget.cli import app
-from spanbudget.collector.loadtest.client import DELAY_HEADER, ChatRequest, parse_delay
-from spanbudget.collector.loadtest.runner import RunSettings, run_requests
 from tests.support.servers import ServerThread
 
 

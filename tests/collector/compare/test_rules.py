@@ -4,9 +4,9 @@ larger than it, and a percentile on too few requests is undecided, not passed si
 from __future__ import annotations
 
 import pytest
-
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.compare import Rule, RuleError, Side, check_rules, compare, parse_rule
+
 from tests.collector.compare.conftest import traces, verdicts
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-
 from spanbudget.collector.context import (
     EngineSamples,
     arrival_ns,
@@ -17,6 +16,7 @@ from spanbudget.collector.context import (
 from spanbudget.collector.spans import Span
 from spanbudget.service.engine.metrics import EngineMetrics
 from spanbudget.service.engine.scheduler import SchedulerStats
+
 from tests.support.traces import T0_NS, rag_trace
 
 

@@ -10,10 +10,10 @@ import random
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from spanbudget.collector.judging.attribution import Node, Tree, assemble, attribute_window
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.spans import Span, SpanKind
+
 from tests.support.judging import BUDGET, MS, NOW, ORPHAN_PARENT, paths, span_trees
 
 

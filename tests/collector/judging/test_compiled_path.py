@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from spanbudget.collector.budget.loader import load_budget, load_preset
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.evaluate import COMPILED, PURE_PYTHON_ENV, Evaluator, Judged
 from spanbudget.collector.judging.stage_table import StageTable
 from spanbudget.collector.readers import parse_traces
 from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind, group_by_trace
+
 from tests.support.judging import (
     BUDGET,
     NOW,

@@ -9,12 +9,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from spanbudget.collector.budget.loader import load_budget, parse_budget
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.evaluate import COMPILED, Evaluator
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind
+
 from tests.support.traces import T0_NS, TraceBuilder, rag_trace
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

@@ -14,12 +14,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.spans import SpanKind
+
 from tests.support.traces import TraceBuilder, rag_trace
 
 REPO = Path(__file__).resolve().parents[3]

@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.evaluate import COMPILED, Evaluator
 from spanbudget.collector.judging.verdict import Status, Verdict

@@ -8,7 +8,6 @@ import struct
 
 from hypothesis import given
 from hypothesis import strategies as st
-
 from spanbudget.collector.judging.verdict_rules import round_ms as _round_ms
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from spanbudget.collector.judging.verdict import StageResult, Status, new_stage_result
 
 

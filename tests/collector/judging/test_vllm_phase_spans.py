@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.evaluate import COMPILED, Evaluator
 from spanbudget.collector.judging.verdict import Verdict
 from spanbudget.collector.spans import Span, SpanKind
+
 from tests.support.traces import TraceBuilder
 
 REPO = Path(__file__).resolve().parents[3]

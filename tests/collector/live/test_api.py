@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from spanbudget.collector.core.metrics import BUDGET_BUCKETS_SECONDS
+from spanbudget.collector.live.app import app_for
 
-from spanbudget.collector.live.api import create_app
-from spanbudget.collector.live.metrics import BUDGET_BUCKETS_SECONDS
-from tests.collector.live.harness import (
+from tests.support.collector import (
     Collector,
     idle_pipeline,
     running_collector,
@@ -165,7 +165,7 @@ def test_web_ui_is_self_contained(collector: Collector) -> None:
 
 def test_health_and_readiness(tmp_path: Path) -> None:
     pipeline = idle_pipeline(tmp_path)
-    with TestClient(create_app(pipeline)) as client:
+    with TestClient(app_for(pipeline)) as client:
         assert client.get("/healthz").status_code == 200
         assert client.get("/readyz").status_code == 503  # worker not started
         pipeline.start()

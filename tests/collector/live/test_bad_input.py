@@ -19,7 +19,7 @@ import pytest
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from tests.collector.live.harness import Collector, otlp_json, running_collector
+from tests.support.collector import Collector, otlp_json, running_collector
 from tests.support.otlp import to_request
 from tests.support.traces import rag_trace
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from spanbudget.collector.sinks.store import VerdictStore
 
-from spanbudget.collector.live.store import VerdictStore
-from tests.collector.live.harness import BUDGET
+from tests.support.collector import BUDGET
 from tests.support.otlp import to_request
 from tests.support.servers import free_port, wait_until
 from tests.support.traces import rag_trace

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.evaluate import Evaluator
-from spanbudget.collector.live.api import create_app
+from spanbudget.collector.live.app import app_for
 from spanbudget.collector.live.pipeline import assemble
 from spanbudget.collector.live.settings import CollectorSettings
-from tests.collector.live.harness import BUDGET, idle_pipeline
+
+from tests.support.collector import BUDGET, idle_pipeline
 from tests.support.traces import rag_trace
 
 RUN_ID = "team/nightly-7"
@@ -37,7 +37,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         assert verdict is not None
         made.append((replace(verdict, attributes={"loadtest.run_id": RUN_ID}), 11))
     pipeline.store.write(made)
-    with TestClient(create_app(pipeline), raise_server_exceptions=False) as test_client:
+    with TestClient(app_for(pipeline), raise_server_exceptions=False) as test_client:
         yield test_client
     pipeline.store.close()
 
@@ -90,12 +90,12 @@ def test_pages_carry_a_content_security_policy_and_every_answer_nosniff(
 
 
 def test_with_a_receiver_token_the_ui_and_api_ask_for_it_too(tmp_path: Path) -> None:
-    settings = CollectorSettings(
+    settings = CollectorSettings.from_flat(
         db_path=tmp_path / "v.db", budget_path=BUDGET, receiver_token="s3cret"
     )
     pipeline = assemble(settings, load_budget(BUDGET).budget, alerts=False)
     basic = "Basic " + base64.b64encode(b"anyone:s3cret").decode()
-    with TestClient(create_app(pipeline)) as test_client:
+    with TestClient(app_for(pipeline)) as test_client:
         for path in ("/", "/traces", "/api/summary", "/api/verdicts", "/runs"):
             refused = test_client.get(path)
             assert refused.status_code == 401, path

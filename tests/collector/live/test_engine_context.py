@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI, Response
 from prometheus_client import CollectorRegistry, generate_latest
-
 from spanbudget.service.engine.metrics import EngineMetrics
 from spanbudget.service.engine.scheduler import SchedulerStats
-from tests.collector.live.harness import running_collector, send_spans
+
+from tests.support.collector import running_collector, send_spans
 from tests.support.servers import ServerThread, wait_until
 from tests.support.traces import T0_NS, rag_trace
 

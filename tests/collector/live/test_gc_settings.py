@@ -7,7 +7,6 @@ import gc
 from collections.abc import Iterator
 
 import pytest
-
 from spanbudget.collector.live.gc_settings import YOUNG_THRESHOLD, tune_for_throughput
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 from fastapi.testclient import TestClient
+from spanbudget.collector.core.decisions import Decisions
+from spanbudget.collector.live.app import app_for
 
-from spanbudget.collector.live.api import create_app
-from spanbudget.collector.live.sinks import Decisions
-from tests.collector.live.harness import idle_pipeline, running_collector
+from tests.support.collector import idle_pipeline, running_collector
 from tests.support.otlp import to_request
 from tests.support.traces import rag_trace
 
@@ -111,7 +111,7 @@ def test_requests_without_spans_never_pile_up_in_the_intake_queue(tmp_path: Path
     # The bound counts spans; a flood of span-less requests must not grow the queue either.
     pipeline = idle_pipeline(tmp_path)  # not started: nothing drains the queue
     empty = to_request([]).SerializeToString() + b"\n\x00"  # one empty ResourceSpans
-    with TestClient(create_app(pipeline)) as client:
+    with TestClient(app_for(pipeline)) as client:
         for body, content_type in ((empty, PROTOBUF), (b'{"resourceSpans": []}', JSON)):
             for _ in range(200):
                 response = client.post(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.collector.live.harness import PROTOBUF, running_collector
+from tests.support.collector import PROTOBUF, running_collector
 from tests.support.otlp import to_request
 from tests.support.servers import wait_until
 from tests.support.traces import rag_trace

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.readers import parse_traces
-from tests.collector.live.harness import running_collector
+from typer.testing import CliRunner
+
+from tests.support.collector import running_collector
 from tests.support.judging import BUDGET, NOW
 
 REPO = Path(__file__).resolve().parents[3]

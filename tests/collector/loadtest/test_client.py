@@ -11,13 +11,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord, send_chat
+from spanbudget.collector.loadtest.http1 import StreamingClient
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord, send_chat
-from spanbudget.collector.loadtest.http1 import StreamingClient
 from tests.support.servers import ServerThread
 
 # Valid SSE whose JSON is not a chunk object: a broken or foreign server.

@@ -11,8 +11,8 @@ import pytest
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from spanbudget.collector.loadtest.http1 import HTTPError, StreamingClient, sse_data
+
 from tests.support.servers import RecordingApp, ServerThread
 
 

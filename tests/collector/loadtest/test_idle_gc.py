@@ -7,7 +7,6 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
-
 from spanbudget.collector.loadtest.idle_gc import FORCED_AFTER, MIN_IDLE_S, IdleCollections
 
 

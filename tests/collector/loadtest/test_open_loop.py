@@ -8,11 +8,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
-from starlette.types import Receive, Scope, Send
-
 from spanbudget.collector.loadtest.client import ChatRequest
 from spanbudget.collector.loadtest.runner import RunSettings, run_requests
 from spanbudget.collector.loadtest.schedule import Arrival, Phase, build_schedule
+from starlette.types import Receive, Scope, Send
+
 from tests.support.servers import ServerThread
 from tests.support.sse_server import Stall, serve, sse_app
 

@@ -12,14 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Status
-from spanbudget.collector.live.store import VerdictStore
 from spanbudget.collector.loadtest.client import RequestRecord
 from spanbudget.collector.loadtest.files import (
     read_report,
@@ -30,6 +27,9 @@ from spanbudget.collector.loadtest.files import (
 from spanbudget.collector.loadtest.records import join
 from spanbudget.collector.loadtest.report import build_report
 from spanbudget.collector.loadtest.report_model import RunInfo
+from spanbudget.collector.sinks.store import VerdictStore
+from typer.testing import CliRunner
+
 from tests.support.reports import INFO, make_results, make_verdicts
 from tests.support.traces import rag_trace
 

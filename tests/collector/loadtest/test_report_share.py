@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.verdict import Status
 from spanbudget.collector.loadtest.files import write_report, write_results
 from spanbudget.collector.loadtest.report import build_report
-from spanbudget.collector.stats import UNATTRIBUTED, Judged, share_of
+from spanbudget.collector.stats import UNATTRIBUTED, ShareRow, share_of
+from typer.testing import CliRunner
+
 from tests.support.otlp import to_otlp_json
 from tests.support.reports import INFO, make_results, make_verdicts
 from tests.support.traces import rag_trace
@@ -109,7 +109,7 @@ def test_a_run_folder_adds_the_share_to_its_report(tmp_path: Path) -> None:
     assert shown["run_id"] == "run-t"
     verdicts = make_verdicts(BUDGET)[:58]  # the two last requests got no verdict
     expected = share_of(
-        [Judged.of(v, at=i * 0.25 + 0.001) for i, v in enumerate(verdicts)],
+        [ShareRow.of(v, at=i * 0.25 + 0.001) for i, v in enumerate(verdicts)],
         names=BUDGET.stage_names(),
     )
     assert shown["traces"] == expected.traces

@@ -9,9 +9,9 @@ import gc
 import sys
 
 from opentelemetry.sdk.trace import TracerProvider
-
 from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord
 from spanbudget.collector.loadtest.runner import SWITCH_INTERVAL_S, RunSettings, run_requests
+
 from tests.support.sse_server import Stall, serve, sse_app
 
 

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.loadtest.render_sweep import render_sweep
@@ -33,6 +31,8 @@ from spanbudget.collector.loadtest.sweep import (
 from spanbudget.collector.loadtest.sweep_chart import sweep_chart, sweep_page
 from spanbudget.collector.loadtest.sweep_run import STEP_CAP_S, step_phase
 from spanbudget.collector.stats import min_count, percentile
+from typer.testing import CliRunner
+
 from tests.support.reports import INFO, make_results
 
 REPO = Path(__file__).resolve().parents[3]

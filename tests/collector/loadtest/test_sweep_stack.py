@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-
+from spanbudget.app.stack import spanbudget_command
 from spanbudget.collector.loadtest.files import read_report
 from spanbudget.collector.stats import min_count
-from spanbudget.stack import spanbudget_command
+
 from tests.support.stack import corpus_copy, local_stack, running
 
 pytestmark = pytest.mark.slow

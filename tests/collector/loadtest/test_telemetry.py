@@ -1,11 +1,10 @@
-"""Where spans go (`spanbudget.telemetry`): the load tester's root spans reach the collector
+"""Where spans go (`spanbudget.common.tracing`): the load tester's root spans reach the collector
 its verdicts are joined from; every other process follows the OTLP exporter specification."""
 
 from __future__ import annotations
 
 import pytest
-
-from spanbudget.telemetry import otlp_traces_endpoint
+from spanbudget.common.tracing import otlp_traces_endpoint
 
 TRACES = "http://otel-collector:4318/v1/traces"
 AMBIENT = "http://somewhere-else:4318"

@@ -6,11 +6,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.loadtest.verdicts import CollectorUnavailable, wait_for_verdicts
-from tests.collector.live.harness import BUDGET, running_collector
+
+from tests.support.collector import BUDGET, running_collector
 from tests.support.otlp import to_request
 from tests.support.traces import rag_trace
 

@@ -9,7 +9,6 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
-
 from spanbudget.collector.readers import parse_traces, read_traces
 from spanbudget.collector.readers._otlp import request_from_json
 from spanbudget.collector.spans import Span, SpanKind

@@ -12,8 +12,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-
 from spanbudget.collector.readers import TraceReadError, read_jaeger_api, read_traces
+
 from tests.support.servers import free_port
 
 SINCE_SECONDS = 900.0

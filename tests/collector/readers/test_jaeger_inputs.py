@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import pytest
-
 from spanbudget.collector.readers import parse_traces
 from spanbudget.collector.spans import SpanKind
 

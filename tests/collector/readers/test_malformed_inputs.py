@@ -13,7 +13,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
-
 from spanbudget.collector.readers import TraceReadError, parse_traces, read_traces
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"

@@ -27,7 +27,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind as SdkSpanKind
 from opentelemetry.trace import StatusCode
-
 from spanbudget.collector.readers import parse_traces, read_traces, spans_from_otlp
 from spanbudget.collector.spans import SpanKind
 

@@ -7,7 +7,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from spanbudget.collector.readers import TraceReadError, parse_traces
 from spanbudget.collector.spans import Span
 

@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from spanbudget.collector.readers import TraceReadError, parse_traces, read_traces
 from spanbudget.collector.spans import SpanEvent, first_events
 

@@ -8,18 +8,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.stats import (
     UNATTRIBUTED,
-    Judged,
+    ShareRow,
     Slices,
     share_of,
     slices_for,
     wilson_interval,
 )
+
 from tests.support.traces import rag_trace
 
 REPO = Path(__file__).resolve().parents[3]
@@ -37,9 +37,9 @@ def judged(
     prefill: float,
     status: Status = OK,
     blame: tuple[str, ...] = (),
-) -> Judged:
+) -> ShareRow:
     stages = {"network": network, "retrieval": retrieval, "prefill": prefill}
-    return Judged(at, ttft, stages, status, blame)
+    return ShareRow(at, ttft, stages, status, blame)
 
 
 # Five traces: two overruns blamed on retrieval first, one on prefill, one overrun that

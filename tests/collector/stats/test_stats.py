@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from spanbudget.collector.judging.verdict import Status
 from spanbudget.collector.stats import (
     PERCENTILES,

@@ -10,9 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
 from spanbudget.collector.budget.loader import load_budget, load_preset, parse_budget
 from spanbudget.collector.budget.model import WhenAbsent
 from spanbudget.collector.spans import Span
@@ -26,6 +24,8 @@ from spanbudget.collector.suggest.budget import (
     suggest,
 )
 from spanbudget.collector.suggest.joint import FLOOR_MS, HEADROOM
+from typer.testing import CliRunner
+
 from tests.support.otlp import to_otlp_json
 from tests.support.traces import rag_trace
 

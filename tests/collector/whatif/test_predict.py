@@ -7,7 +7,6 @@ import json
 
 import pytest
 from rich.console import Console
-
 from spanbudget.collector.spans import Span
 from spanbudget.collector.stats import wilson_interval
 from spanbudget.collector.whatif import (
@@ -19,6 +18,7 @@ from spanbudget.collector.whatif import (
     render_json,
     render_table,
 )
+
 from tests.support.judging import BUDGET, NOW
 from tests.support.traces import rag_trace
 

@@ -11,16 +11,16 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
-from spanbudget.collector.live.api import create_app
+from spanbudget.app.cli import app
+from spanbudget.collector.live.app import app_for
 from spanbudget.collector.live.pipeline import assemble
 from spanbudget.collector.live.settings import CollectorSettings
 from spanbudget.collector.loadtest.client import RequestRecord
 from spanbudget.collector.loadtest.files import REQUESTS_CSV, write_results
 from spanbudget.collector.loadtest.records import RequestResult
 from spanbudget.collector.whatif import SourceError, from_collector_window, from_run
+from typer.testing import CliRunner
+
 from tests.support.judging import BUDGET, REPO
 from tests.support.otlp import to_otlp_json, to_request
 from tests.support.servers import ServerThread
@@ -40,7 +40,7 @@ def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A collector as `spanbudget collect` assembles it, with an API token, that has judged
     the four traces and kept their spans."""
     tmp = tmp_path_factory.mktemp("collector")
-    settings = CollectorSettings(
+    settings = CollectorSettings.from_flat(
         db_path=tmp / "verdicts.db",
         budget_path=REPO / "budget.yaml",
         decision_wait_seconds=0.2,
@@ -49,7 +49,7 @@ def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pipeline = assemble(settings, BUDGET, registry=CollectorRegistry(), alerts=False)
     pipeline.start()
     try:
-        with ServerThread(create_app(pipeline)) as server:
+        with ServerThread(app_for(pipeline)) as server:
             with httpx.Client(base_url=server.url, timeout=10) as client:
                 for extras in PHASES.values():
                     for extra in extras:

@@ -10,12 +10,12 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Verdict
 from spanbudget.collector.readers import parse_traces
 from spanbudget.collector.spans import Span, SpanKind
 from spanbudget.collector.whatif import Pair, change_trace, parse_changes
+
 from tests.support.judging import BUDGET, NOW, paths
 from tests.support.traces import TraceBuilder, rag_trace
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from spanbudget.service.engine.generation import OutputPlanner
 from spanbudget.service.tokens import TokenCounter, load_tokenizer
 

@@ -17,14 +17,13 @@ from fastapi import FastAPI
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
-
 from spanbudget.service.engine.api import create_app, quiet_deliberate_cuts
 from spanbudget.service.engine.faults import StallSchedule, TroubleMaker
 from spanbudget.service.engine.generation import OutputPlanner
 from spanbudget.service.engine.presets import PRESETS, Preset
 from spanbudget.service.engine.runtime import EngineRuntime
 from spanbudget.service.engine.tracing import RequestTracer
-from spanbudget.service.telemetry import build_tracer_provider
+from spanbudget.service.tracers import build_tracer_provider
 
 
 @dataclass

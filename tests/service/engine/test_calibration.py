@@ -15,9 +15,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
 from spanbudget.collector.readers import read_traces
 from spanbudget.service.engine.gpu_profile import load_profile, save_profile
 from spanbudget.service.engine.model_arch import ModelArch
@@ -25,6 +23,8 @@ from spanbudget.service.engine.presets import compose_preset
 from spanbudget.service.engine.profiles import MODEL_CONFIGS, get_gpu_profile, get_model_arch
 from spanbudget.service.engine.simulation import Arrival, simulate
 from spanbudget.service.engine.tracing import RequestSpanInfo, RequestTracer
+from typer.testing import CliRunner
+
 from tests.support.otlp import to_otlp_json
 
 TABLE = Path("gpu") / "h200-qwen3-prefill-decode.json"

@@ -14,11 +14,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
 from spanbudget.service.engine.generation import OutputPlanner
-from spanbudget.service.telemetry import build_tracer_provider
+from spanbudget.service.tracers import build_tracer_provider
+from typer.testing import CliRunner
 
 from .harness import bench_style_stream, build_engine, filler_text, preset, serve
 

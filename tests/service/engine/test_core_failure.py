@@ -7,7 +7,6 @@ from typing import Literal
 
 import httpx
 import pytest
-
 from spanbudget.service.engine.generation import OutputPlanner
 
 from .harness import build_engine, preset, serve

@@ -11,7 +11,6 @@ from typing import Literal
 
 import httpx
 import pytest
-
 from spanbudget.service.engine.core_priority import request_core_priority
 from spanbudget.service.engine.generation import OutputPlanner
 

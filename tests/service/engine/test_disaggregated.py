@@ -6,7 +6,6 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
 from spanbudget.service.engine.presets import Preset, get_preset
 from spanbudget.service.engine.scheduler import RequestTimings

@@ -25,7 +25,7 @@ def test_a_signal_to_the_process_group_stops_it_cleanly(
     port = free_port()
     log_path = tmp_path / "engine.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPANBUDGET_", "OTEL_"))}
-    command = [sys.executable, "-c", "from spanbudget.cli import main; main()", "engine",
+    command = [sys.executable, "-c", "from spanbudget.app.cli import main; main()", "engine",
                "--listen", f"127.0.0.1:{port}"]  # fmt: skip
     with log_path.open("w") as log:
         process = subprocess.Popen(

@@ -10,7 +10,6 @@ from typing import Any, Literal
 
 import httpx
 import pytest
-
 from spanbudget.service.engine.faults import (
     FaultError,
     StallSchedule,
@@ -19,6 +18,7 @@ from spanbudget.service.engine.faults import (
     parse_stall,
 )
 from spanbudget.service.engine.generation import OutputPlanner
+
 from tests.asgi import post_scope
 
 from .harness import build_engine, preset, serve

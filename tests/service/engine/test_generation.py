@@ -6,7 +6,6 @@ import asyncio
 
 import httpx
 import pytest
-
 from spanbudget.service.engine.generation import (
     QWEN25_DEFAULT_SYSTEM,
     OutputPlanner,

@@ -15,7 +15,6 @@ from typing import Literal
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
 from spanbudget.service.engine.generation import OutputPlanner
 from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
 from spanbudget.service.engine.simulation import Arrival, simulate

@@ -8,13 +8,12 @@ from typing import Literal
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
 from spanbudget.service.engine.api import create_app
 from spanbudget.service.engine.generation import OutputPlanner
 from spanbudget.service.engine.presets import preset_parameters
 from spanbudget.service.engine.settings import EngineSettings
+from typer.testing import CliRunner
 
 from .harness import build_engine, preset, serve
 

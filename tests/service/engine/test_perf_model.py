@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from spanbudget.service.engine.perf_model import BatchEntry, PerfModel, soft_max
 from spanbudget.service.engine.presets import DEFAULT_PRESET, PRESETS, PresetError, get_preset
 

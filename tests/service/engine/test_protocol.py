@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import openai
 import pytest
-
 from spanbudget.service.engine.generation import OutputPlanner, render_chat_prompt
 from spanbudget.service.engine.protocol import (
     ChatCompletionStreamResponse,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
 from spanbudget.service.engine.presets import PRESETS
 from spanbudget.service.engine.scheduler import RequestTimings, Scheduler, Sequence

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-
 from spanbudget.service.engine.api import quiet_deliberate_cuts
 from spanbudget.service.engine.faults import TroubleMaker
 from spanbudget.service.engine.generation import OutputPlanner

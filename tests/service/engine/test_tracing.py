@@ -12,7 +12,6 @@ import httpx
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
-
 from spanbudget.service.engine.generation import OutputPlanner
 from spanbudget.service.tokens import TokenCounter
 

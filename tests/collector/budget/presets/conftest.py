@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request, Response
-
+from spanbudget.app.processes import Child, Supervisor
 from spanbudget.collector.readers import parse_traces
 from spanbudget.collector.spans import Span
-from spanbudget.processes import Child, Supervisor
+
 from tests.support.servers import ServerThread, free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[4]

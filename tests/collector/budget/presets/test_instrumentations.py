@@ -16,12 +16,12 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
-
 from spanbudget.collector.budget.loader import load_preset
 from spanbudget.collector.budget.model import DEFAULT_FIRST_TOKEN
 from spanbudget.collector.check import evaluate_spans
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.spans import Span, SpanKind
+
 from tests.collector.budget.presets.conftest import AppRun
 
 pytestmark = pytest.mark.slow

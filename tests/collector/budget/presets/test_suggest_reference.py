@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
-from spanbudget.cli import app
+from spanbudget.app.cli import app
+from spanbudget.app.stack import spanbudget_command
 from spanbudget.collector.budget.loader import parse_budget
 from spanbudget.collector.spans import Span, group_by_trace
 from spanbudget.collector.suggest.budget import ceil_ms
-from spanbudget.stack import spanbudget_command
+from typer.testing import CliRunner
+
 from tests.collector.budget.presets.conftest import Receiver
 from tests.support.servers import ServerThread, wait_until
 from tests.support.stack import local_stack, running

@@ -12,11 +12,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-
 from spanbudget.collector.budget.loader import load_preset
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.spans import AttrValue, SpanKind
+
 from tests.support.traces import TraceBuilder
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)

@@ -1,0 +1,34 @@
+"""What a verdict carries besides its own numbers: the request's prompt tokens from its
+spans and, with the engine's scraped samples, the engine's state when it arrived. The
+judging core calls an `Annotate` on each judged trace (`JudgingCore(annotate=...)`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from spanbudget.collector.context.engine import EngineSamples
+from spanbudget.collector.context.request import arrival_ns, request_attributes
+from spanbudget.collector.spans import Span
+
+__all__ = ["Annotate", "annotate_with"]
+
+Annotate = Callable[[Sequence[Span]], dict[str, str | int | float | bool]]
+
+
+def annotate_with(samples: EngineSamples | None) -> Annotate:
+    """What a trace's verdict carries besides its own: the prompt's tokens, and with
+    `samples` the engine's state when the request arrived (counts as integers) and how old
+    that scrape was."""
+
+    def annotate(spans: Sequence[Span]) -> dict[str, str | int | float | bool]:
+        out: dict[str, str | int | float | bool] = dict(request_attributes(spans))
+        arrived = arrival_ns(spans)
+        found = None if samples is None or arrived is None else samples.at(arrived)
+        if found is not None:
+            state, age_ns = found
+            for key, value in state.items():
+                out[key] = round(value, 4) if key == "engine.kv_cache_usage" else round(value)
+            out["engine.scrape_age_ms"] = round(age_ns / 1e6, 1)
+        return out
+
+    return annotate

@@ -1,0 +1,303 @@
+"""The judging core: spans in; decided traces, judged against the current budget, out to
+every sink.
+
+An intake queue, the tail-based assembly buffer, the evaluator and one worker thread that
+waits until traces are due, judges them and hands each step to the sinks. The live
+collector (`pipeline.Pipeline`) and `processor.BudgetSpanProcessor` each run one, as the
+OpenTelemetry SDK runs one batch processor behind its span and its log processors.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from spanbudget.collector.budget.model import Budget
+from spanbudget.collector.context import Annotate
+from spanbudget.collector.core.assembly import REVISION, Assembly, DueTrace
+from spanbudget.collector.core.decisions import DecidedTrace, Decisions, VerdictSink
+from spanbudget.collector.core.held import HeldSpan
+from spanbudget.collector.core.metrics import CollectorMetrics
+from spanbudget.collector.judging.evaluate import Evaluator
+
+__all__ = ["JudgingCore"]
+
+log = logging.getLogger(__name__)
+# One `offer`: its spans, the ids of local roots among them, what their traces lost.
+_Offer = tuple[Sequence[HeldSpan], Collection[str], Mapping[str, Mapping[str, int]] | None]
+# The longest the worker sleeps with nothing due: spans offered without waking it (the
+# in-process processor's children) wait no longer than this to be assembled.
+_IDLE_WAIT_SECONDS = 0.5
+
+
+class JudgingCore:
+    """Assembles offered spans into traces, judges each trace once it is due, and hands
+    every step's decisions to the sinks (`sinks.VerdictSink`), in order.
+
+    The core is the one owner of the current budget: `set_budget` switches it between two
+    steps, and the next step tells every sink. It counts the pipeline's health in
+    `metrics` (rejected, late, skipped and dropped spans and traces, queue gauges).
+    `annotate`, when given, adds to each verdict's attributes what it finds in the trace's
+    spans (the request's prompt tokens, the engine's state: `engine_metrics`).
+    `offer`, `set_budget`, `flush`, `wait_idle` and `close` may be called from any thread;
+    the assembly, the evaluator and the sinks' `consume` belong to the worker thread.
+    """
+
+    def __init__(
+        self,
+        budget: Budget,
+        sinks: Iterable[VerdictSink],
+        *,
+        assembly: Assembly,
+        metrics: CollectorMetrics,
+        max_queue_spans: int,
+        clock: Callable[[], float] = time.monotonic,
+        thread_name: str = "spanbudget-worker",
+        make_evaluator: Callable[[Budget], Evaluator] = Evaluator,
+        annotate: Annotate | None = None,
+    ) -> None:
+        self.sinks = list(sinks)
+        self._annotate = annotate
+        self.metrics = metrics
+        self.max_queue_spans = max_queue_spans
+        self._assembly = assembly
+        self._clock = clock
+        self._budget = budget
+        self._make_evaluator = make_evaluator
+        self._evaluator = make_evaluator(budget)
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # wakes the worker
+        self._done = threading.Condition(self._lock)  # wakes whoever waits for a step
+        self._queue: list[_Offer] = []
+        self._queued_spans = 0
+        self._closing = False
+        self._busy = False
+        self._flush_wanted = 0  # flush requests made ...
+        self._flushed = 0  # ... and done
+        self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
+
+    @property
+    def budget(self) -> Budget:
+        """The current budget: the last one set, which the next step judges against."""
+        return self._budget
+
+    def remember(self, trace_ids: Iterable[str]) -> None:
+        """Before `start`: traces decided already (before a restart); their stragglers come
+        back as late instead of being judged a second time."""
+        if self._thread.is_alive():
+            raise RuntimeError("remember() is for before start()")
+        self._assembly.remember(trace_ids)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def ready(self) -> bool:
+        return self._thread.is_alive() and not self._closing
+
+    def offer(
+        self,
+        spans: Sequence[HeldSpan],
+        *,
+        local_roots: Collection[str] = (),
+        wake: bool = True,
+        lost: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> bool:
+        """Queue spans for the worker; False when the queue is full or the core closing.
+
+        `local_roots` name spans whose parents live in another process (they complete a
+        trace as a root would). `wake=False` leaves the worker asleep until its next
+        deadline (at most half a second): for a caller that offers span by span, whose
+        spans cannot make a trace due sooner. `lost` names spans of these traces refused
+        on the way (trace id -> reason -> count): their verdicts say `damaged`.
+        """
+        n = len(spans)
+        if n == 0:  # nothing to judge or forward; queued, such offers would escape the bound
+            return True
+        with self._lock:
+            if self._closing or self._queued_spans + n > self.max_queue_spans:
+                return False
+            self._queue.append((spans, local_roots, lost))
+            self._queued_spans += n
+            if wake:
+                self._work.notify()
+        return True
+
+    def queued(self) -> int:
+        """Spans queued now (the whole bound while closing: nothing more is taken)."""
+        with self._lock:
+            return self.max_queue_spans if self._closing else self._queued_spans
+
+    def set_budget(self, budget: Budget) -> None:
+        """Judge against `budget` from the next step on (traces already judged stay so)."""
+        with self._lock:
+            self._budget = budget
+            self._work.notify()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Judge every trace held now, on the worker thread, and wait until every sink had
+        it; False when `timeout` seconds passed first or the core was never started."""
+        with self._lock:
+            if not self._thread.is_alive():
+                return self._closing  # closed: everything was judged then
+            self._flush_wanted += 1
+            wanted = self._flush_wanted
+            self._work.notify()
+            return self._done.wait_for(
+                lambda: self._flushed >= wanted or not self._thread.is_alive(), timeout
+            ) and (self._flushed >= wanted)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until every queued span is assembled and no trace is held (tests, benches)."""
+        with self._lock:
+            return self._done.wait_for(
+                lambda: not self._queue and not self._busy and not len(self._assembly), timeout
+            )
+
+    def close(self) -> None:
+        """Refuse new spans, judge everything held and queued, then close every sink."""
+        with self._lock:
+            self._closing = True
+            self._work.notify()
+        if self._thread.is_alive():
+            self._thread.join()
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception:
+                log.exception("closing verdict sink %s failed", sink.name)
+
+    # -- worker -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        assembly = self._assembly
+        while True:
+            with self._lock:
+                if (
+                    not self._queue
+                    and not self._closing
+                    and self._flushed == self._flush_wanted
+                    and self._budget is self._evaluator.budget
+                ):
+                    deadline = assembly.next_deadline()
+                    timeout = _IDLE_WAIT_SECONDS
+                    if deadline is not None:
+                        timeout = min(max(deadline - self._clock(), 0.0), timeout)
+                    if timeout > 0:
+                        self._work.wait(timeout)
+                batches, self._queue = self._queue, []
+                self._queued_spans = 0
+                closing = self._closing
+                flush_to = self._flush_wanted
+                budget = self._budget
+                self._busy = True
+            try:
+                self._step(batches, budget, flush=closing or flush_to > self._flushed)
+            except Exception:  # the worker must survive any one bad trace or disk hiccup
+                log.exception("judging step failed")
+            finally:
+                with self._lock:
+                    self._busy = False
+                    # The last step judged everything, and nothing is taken after it.
+                    self._flushed = self._flush_wanted if closing else flush_to
+                    self._done.notify_all()
+            if closing:
+                return
+
+    def _step(
+        self,
+        batches: list[_Offer],
+        budget: Budget,
+        *,
+        flush: bool,
+    ) -> None:
+        now = self._clock()
+        metrics = self.metrics
+        assembly = self._assembly
+        switched = budget is not self._evaluator.budget
+        if switched:
+            self._evaluator = self._make_evaluator(budget)
+        traces: list[DecidedTrace] = []
+        late: list[HeldSpan] = []
+        for spans, local_roots, lost in batches:
+            result = assembly.add(spans, now, local_roots=local_roots, lost=lost)
+            if result.duplicates:
+                metrics.spans_rejected.labels("duplicate").inc(result.duplicates)
+            if result.over_trace_limit:
+                metrics.spans_rejected.labels("trace_span_limit").inc(result.over_trace_limit)
+            if result.late:
+                metrics.spans_late.inc(len(result.late))
+                late += result.late
+            for evicted in result.evicted:
+                metrics.traces_dropped.labels("buffer_full").inc()
+                traces.append(
+                    DecidedTrace(
+                        evicted.trace_id, evicted.spans, evicted.reason, None, "buffer_full"
+                    )
+                )
+        due = assembly.flush() if flush else assembly.due(now)
+        revised: list[DecidedTrace] = []
+        if due:
+            for decided in self._judge(due):
+                (revised if decided.reason == REVISION else traces).append(decided)
+            if revised:
+                metrics.verdicts_revised.inc(sum(1 for t in revised if t.judged is not None))
+        metrics.buffered_traces.set(len(assembly))
+        metrics.intake_queue_spans.set(self._queued_spans)
+        if not (traces or late or switched or revised):
+            return
+        decisions = Decisions(budget, traces, late, revised)
+        for sink in self.sinks:
+            try:
+                sink.consume(decisions)
+            except Exception:  # one sink's failure is no other sink's
+                log.exception("verdict sink %s failed", sink.name)
+                metrics.export_failures.labels(sink.name).inc()
+
+    def _judge(self, due: list[DueTrace]) -> list[DecidedTrace]:
+        evaluator = self._evaluator
+        evaluated_at = datetime.now(UTC)
+        out: list[DecidedTrace] = []
+        for trace in due:
+            try:
+                judged = evaluator.judge([h.span for h in trace.spans], evaluated_at=evaluated_at)
+            except Exception:
+                log.exception("evaluating trace %s failed", trace.trace_id)
+                self.metrics.traces_dropped.labels("evaluation_error").inc()
+                out.append(
+                    DecidedTrace(
+                        trace.trace_id, trace.spans, trace.reason, None, "evaluation_error"
+                    )
+                )
+                continue
+            if judged is None:
+                if trace.reason != REVISION:
+                    self.metrics.traces_skipped.inc()
+            else:
+                lost = _with_missing_parents(trace.lost, trace.spans)
+                if lost:
+                    judged = replace(judged, verdict=judged.verdict.as_damaged(lost))
+                if self._annotate is not None:
+                    verdict = judged.verdict
+                    extra = self._annotate([h.span for h in trace.spans])
+                    if extra:
+                        attributes = {**verdict.attributes, **extra}
+                        judged = replace(judged, verdict=replace(verdict, attributes=attributes))
+            out.append(DecidedTrace(trace.trace_id, trace.spans, trace.reason, judged))
+        return out
+
+
+def _with_missing_parents(
+    lost: Mapping[str, int] | None, spans: Sequence[HeldSpan]
+) -> Mapping[str, int] | None:
+    """`lost`, with `missing_parent` when more than one span's parent is not in the trace:
+    one such span is the trace's root (no parent, or a parent in a process that does not
+    export), any other means a span in between never arrived."""
+    ids = {held.span.span_id for held in spans}
+    orphans = sum(1 for held in spans if held.span.parent_span_id not in ids)
+    if orphans <= 1:
+        return lost
+    return {**(lost or {}), "missing_parent": orphans - 1}

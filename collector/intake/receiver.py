@@ -1,0 +1,169 @@
+"""From an accepted OTLP export body to the judging core, whatever carried it.
+
+`Intake.receive` decodes a body within the limits (`otlp.decode_export`), refuses the
+spans past a trace's bound, writes the body to the journal before the core can decide its
+traces, and offers the spans to the core; the transport (`http.otlp_router`) answers with
+what it returns or raises. `Intake.replay_journal` offers again, at start, what the last
+process acknowledged and did not decide.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+
+from spanbudget.collector.core.held import HeldSpan
+from spanbudget.collector.core.judging_core import JudgingCore
+from spanbudget.collector.core.metrics import CollectorMetrics
+from spanbudget.collector.intake.admission import Admission
+from spanbudget.collector.intake.journal import Journal
+from spanbudget.collector.intake.otlp import QUEUE_FULL, Batch, IntakeError, decode_export
+from spanbudget.collector.intake.settings import IntakeSettings
+
+__all__ = ["Intake"]
+
+log = logging.getLogger(__name__)
+
+
+class Intake:
+    """The collector's intake: its limits, the admission estimate, the journal, and the
+    decoder threads the transports hand large or compressed bodies to.
+
+    `known` answers which of some trace ids are judged already (the verdict store), for
+    the journal's replay. `originals`: keep each span's OTLP original, which forwarding
+    sends on. `max_spans_per_trace` is the assembly's bound, enforced here per request.
+    """
+
+    def __init__(
+        self,
+        settings: IntakeSettings,
+        core: JudgingCore,
+        metrics: CollectorMetrics,
+        *,
+        max_spans_per_trace: int,
+        journal: Journal | None = None,
+        known: Callable[[Collection[str]], Collection[str]] = lambda ids: (),
+        originals: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.core = core
+        self.metrics = metrics
+        self.journal = journal
+        self.max_spans_per_trace = max_spans_per_trace
+        self._known = known
+        self._originals = originals
+        self.admission = Admission(core.queued, settings.queue_spans)
+        # Threads that decode large or compressed bodies off the HTTP server's event loop: a
+        # few fixed ones, as every thread that allocates grows the process's malloc arenas.
+        self.decoders = ThreadPoolExecutor(
+            settings.decoders, thread_name_prefix="spanbudget-decode"
+        )
+
+    def decode(
+        self, body: bytes, *, content_type: str | None, content_encoding: str | None
+    ) -> Batch:
+        """Decode an export body within the limits (raises `IntakeError`)."""
+        return decode_export(
+            body,
+            content_type=content_type,
+            content_encoding=content_encoding,
+            max_body_bytes=self.settings.max_body_bytes,
+            max_span_bytes=self.settings.max_span_bytes,
+            originals=self._originals,
+        )
+
+    def receive(
+        self, body: bytes, *, content_type: str | None, content_encoding: str | None
+    ) -> Batch:
+        """Take one export body: decode it, write it to the journal, queue its spans for
+        the core. Raises `IntakeError`: 4xx for the body, 413 for more spans than the queue
+        could ever hold, 503 (`queue_full`) when it is full now. Any thread."""
+        batch = self.decode(body, content_type=content_type, content_encoding=content_encoding)
+        metrics, spans = self.metrics, batch.spans
+        if batch.rejected:
+            metrics.spans_rejected.labels("span_too_large").inc(batch.rejected)
+        per_trace = self.max_spans_per_trace
+        if len(spans) > per_trace:  # one trace may hold more than its bound: refuse the rest
+            spans = _within_trace_bound(batch, per_trace)
+            metrics.spans_rejected.labels("trace_span_limit").inc(len(batch.spans) - len(spans))
+            batch.spans = spans
+        limit = self.settings.queue_spans
+        if len(spans) > limit:  # it could never fit, however long the client waits
+            metrics.spans_rejected.labels("too_many_spans").inc(len(spans))
+            raise IntakeError(
+                413,
+                "too_many_spans",
+                f"{len(spans)} spans in one request; at most {limit}: split the batch",
+            )
+        journal, seq = self.journal, None
+        if journal is not None and spans:  # registered before the core can decide them
+            seq = journal.append(
+                body,
+                {held.span.trace_id for held in spans},
+                content_type=content_type,
+                content_encoding=content_encoding,
+            )
+        if not self.core.offer(spans, lost=batch.lost):
+            if seq is not None:
+                journal.cancel(seq)  # type: ignore[union-attr]
+            metrics.spans_rejected.labels("queue_full").inc(len(spans))
+            raise IntakeError(503, "queue_full", QUEUE_FULL)
+        metrics.spans_received.inc(len(spans))
+        return batch
+
+    def replay_journal(self) -> int:
+        """Offer again what the journal holds from before a restart (the spans of traces
+        not yet judged), waiting for room in the queue; return the spans. After the core
+        started, before a transport takes requests."""
+        journal = self.journal
+        if journal is None:
+            return 0
+        replayed = 0
+        for entry in journal.entries():
+            try:
+                batch = self.decode(
+                    entry.body,
+                    content_type=entry.content_type,
+                    content_encoding=entry.content_encoding,
+                )
+            except IntakeError:  # it was accepted once; a journal from another version
+                journal.track(entry.seq, ())
+                continue
+            judged = self._known({held.span.trace_id for held in batch.spans})
+            spans = [held for held in batch.spans if held.span.trace_id not in judged]
+            journal.track(entry.seq, {held.span.trace_id for held in spans})
+            while spans and not self.core.offer(spans, lost=batch.lost):
+                time.sleep(0.05)
+            replayed += len(spans)
+        if replayed:
+            self.metrics.spans_received.inc(replayed)
+            log.warning(
+                "intake journal: %d acknowledged span(s) from before a restart offered again",
+                replayed,
+            )
+        return replayed
+
+    def close(self) -> None:
+        """Finish the bodies being decoded; the core closes after."""
+        self.decoders.shutdown(wait=True)
+
+
+def _within_trace_bound(batch: Batch, per_trace: int) -> list[HeldSpan]:
+    """The batch's spans less those past `per_trace` in their trace, which are counted in
+    `batch.rejected` (the answer's partial success) and `batch.lost` (the trace's damage)."""
+    counts: dict[str, int] = {}
+    kept: list[HeldSpan] = []
+    for held in batch.spans:
+        trace_id = held.span.trace_id
+        n = counts.get(trace_id, 0) + 1
+        counts[trace_id] = n
+        if n <= per_trace:
+            kept.append(held)
+    for trace_id, n in counts.items():
+        if n > per_trace:
+            reasons = batch.lost.setdefault(trace_id, {})
+            reasons["trace_span_limit"] = reasons.get("trace_span_limit", 0) + n - per_trace
+            batch.rejected += n - per_trace
+    return kept

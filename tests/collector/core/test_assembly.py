@@ -1,0 +1,107 @@
+"""Tail-based assembly: decision wait after the root, max age, bounds, duplicates, late spans."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from spanbudget.collector.core.assembly import Assembly
+from spanbudget.collector.core.held import HeldSpan
+from spanbudget.collector.spans import Span
+
+from tests.support.traces import rag_trace
+
+
+def _held(spans: list[Span]) -> list[HeldSpan]:
+    return [HeldSpan(span) for span in spans]
+
+
+def _assembly(**overrides: float) -> Assembly:
+    values = {
+        "decision_wait": 2.0,
+        "max_age": 30.0,
+        "max_traces": 100,
+        "max_spans_per_trace": 100,
+        "decided_memory": 1000,
+        **overrides,
+    }
+    return Assembly(**values)  # type: ignore[arg-type]
+
+
+def test_a_trace_is_due_decision_wait_after_its_last_span_once_the_root_is_in() -> None:
+    spans = rag_trace(trace_id="a" * 32).spans
+    assembly = _assembly()
+    assembly.add(_held(spans[1:6]), now=0.0)  # no root yet
+    assert assembly.due(10.0) == []  # quiet but rootless: waits for max_age
+    assembly.add(_held(spans[:1]), now=11.0)  # the root
+    assembly.add(_held(spans[6:]), now=12.0)
+    assert assembly.due(13.9) == []
+    (due,) = assembly.due(14.0)
+    assert due.reason == "complete"
+    assert sorted(h.span.span_id for h in due.spans) == sorted(s.span_id for s in spans)
+    assert len(assembly) == 0
+    assert assembly.span_count == 0
+
+
+def test_a_trace_without_root_is_decided_at_max_age() -> None:
+    spans = rag_trace(trace_id="b" * 32).spans[1:]
+    assembly = _assembly()
+    assembly.add(_held(spans), now=0.0)
+    assert assembly.due(29.9) == []
+    assert assembly.next_deadline() == 30.0
+    (due,) = assembly.due(30.0)
+    assert due.reason == "max_age"
+    # A span that keeps arriving does not extend max_age.
+    assembly.add(_held([replace(spans[0], trace_id="c" * 32)]), now=31.0)
+    for t in range(32, 61):
+        assembly.add(_held([replace(spans[t % 5], trace_id="c" * 32, span_id=f"{t:016x}")]), t)
+    assert [d.reason for d in assembly.due(61.0)] == ["max_age"]
+
+
+def test_duplicates_are_dropped_and_late_spans_come_back_with_their_original() -> None:
+    spans = rag_trace(trace_id="d" * 32).spans
+    assembly = _assembly(decision_wait=0.0)
+    held = [HeldSpan(span, proto=i) for i, span in enumerate(spans + spans[:3])]
+    result = assembly.add(held, now=0.0)
+    assert result.duplicates == 3
+    (due,) = assembly.due(0.0)
+    assert due.spans == held[: len(spans)]  # the first of each, its original beside it
+    straggler = HeldSpan(replace(spans[2], span_id="e" * 16), proto="p")
+    late = assembly.add([straggler], now=1.0)
+    assert late.late == [straggler]
+    assert len(assembly) == 0
+
+
+def test_bounds_evict_the_oldest_trace_and_cap_spans_per_trace() -> None:
+    assembly = _assembly(max_traces=3, max_spans_per_trace=4, decided_memory=1)
+    evicted = []
+    for n in range(5):
+        result = assembly.add(_held(rag_trace(trace_id=f"{n:032x}").spans), now=float(n))
+        assert result.over_trace_limit == len(rag_trace().spans) - 4
+        evicted += [e.trace_id for e in result.evicted]
+    assert evicted == [f"{0:032x}", f"{1:032x}"]
+    assert len(assembly) == 3
+    assert assembly.span_count == 12
+    # Decided-trace memory is bounded too: the oldest decided id is forgotten.
+    late = assembly.add(_held(rag_trace(trace_id=f"{0:032x}").spans[:1]), now=6.0)
+    assert late.late == []
+    assert len(assembly) == 3  # trace 0 came back as new, evicting trace 2
+
+
+def test_total_spans_held_are_bounded() -> None:
+    per_trace = len(rag_trace().spans)
+    assembly = _assembly(max_spans=3 * per_trace)
+    evicted = []
+    for n in range(5):
+        result = assembly.add(_held(rag_trace(trace_id=f"{n:032x}").spans), now=float(n))
+        evicted += [(e.trace_id, e.reason, len(e.spans)) for e in result.evicted]
+    assert assembly.span_count == 3 * per_trace
+    assert evicted == [(f"{n:032x}", "evicted", per_trace) for n in (0, 1)]
+
+
+def test_remembered_traces_come_back_as_late() -> None:
+    assembly = _assembly(decision_wait=0.0, decided_memory=2)
+    assembly.remember([f"{n:032x}" for n in range(3)])  # the oldest is forgotten
+    for n in range(3):
+        result = assembly.add(_held(rag_trace(trace_id=f"{n:032x}").spans[:2]), now=0.0)
+        assert len(result.late) == (0 if n == 0 else 2)
+    assert len(assembly) == 1
