@@ -145,8 +145,9 @@ def demo(
         spanbudget demo --disaggregated
     """
     exit_unless_installed("demo")
-    from spanbudget.app.demo import DemoSettings, run_demo
     from spanbudget.collector.durations import parse_duration
+
+    from .demo import DemoSettings, run_demo
 
     try:
         duration_s = parse_duration(duration)

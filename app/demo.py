@@ -19,8 +19,6 @@ from typing import Any
 import httpx
 from rich.console import Console
 from rich.markup import escape
-from spanbudget.app.processes import Child, ChildFailed, Supervisor
-from spanbudget.app.stack import CHILD_ENV, Jaeger, Stack, spanbudget_command
 from spanbudget.collector.budget.loader import BudgetError, load_budget
 from spanbudget.collector.budget.source import disaggregated_budget, find_budget
 from spanbudget.collector.loadtest.files import read_results
@@ -31,6 +29,9 @@ from spanbudget.collector.loadtest.tracer import loadtest_tracer_provider
 from spanbudget.collector.loadtest.verdicts import CollectorUnavailable, wait_for_verdicts
 from spanbudget.collector.stats import decide_slo, enough_for, percentile
 from spanbudget.service.settings import Settings as GatewaySettings
+
+from .processes import Child, ChildFailed, Supervisor
+from .stack import CHILD_ENV, Jaeger, Stack, spanbudget_command
 
 __all__ = ["DemoSettings", "ingest_if_needed", "run_demo", "stack_of"]
 

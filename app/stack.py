@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spanbudget.app.processes import Child
 from spanbudget.common.shipped import shipped_file
+
+from .processes import Child
 
 __all__ = ["CHILD_ENV", "JAEGER_CONFIG", "Jaeger", "Stack", "spanbudget_command"]
 

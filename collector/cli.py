@@ -12,16 +12,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from spanbudget.collector.check import FailOn
 from spanbudget.common.commands import OutputFormat, usage_error
 from spanbudget.common.terminal import make_console, print_error, print_notices
+
+from .check import FailOn
 
 DEFAULT_JAEGER_LIMIT = 100  # traces read from Jaeger when --limit is not given
 DEFAULT_ROWS = 20  # traces `check`'s table shows, worst first
 
 if TYPE_CHECKING:
-    from spanbudget.collector.budget.loader import LoadedBudget
-    from spanbudget.collector.check import Inputs
+    from .budget.loader import LoadedBudget
+    from .check import Inputs
 
 __all__ = ["BUDGET_HELP", "OutputFormat", "budget_app", "check", "init", "report", "suggest"]
 
@@ -47,9 +48,9 @@ def _read_inputs(
 ) -> Inputs:
     """Spans from files (`-`: stdin) or from Jaeger's API. Usage errors and an unreadable
     Jaeger exit 2 here; each file that cannot be read is one of `Inputs.problems`."""
-    from spanbudget.collector.check import Inputs, read_inputs
-    from spanbudget.collector.durations import parse_duration
-    from spanbudget.collector.readers import TraceReadError, read_jaeger_api
+    from .check import Inputs, read_inputs
+    from .durations import parse_duration
+    from .readers import TraceReadError, read_jaeger_api
 
     if (jaeger_url is None) == (not paths):
         raise usage_error(
@@ -71,7 +72,7 @@ def _read_inputs(
 
 def _load(budget: Path | None, preset: str | None) -> LoadedBudget:
     """The budget file (found as every command finds it), or the preset; says which."""
-    from spanbudget.collector.budget.choice import BudgetChoiceError, choose_budget
+    from .budget.choice import BudgetChoiceError, choose_budget
 
     try:
         chosen = choose_budget(budget, preset)
@@ -139,7 +140,7 @@ def check(
 
         spanbudget check traces/ --rows 0 --junit check.xml
     """
-    from spanbudget.collector.check import (
+    from .check import (
         evaluate_spans,
         exit_code,
         render_json,
@@ -196,7 +197,7 @@ def init(
 
         spanbudget budget init && $EDITOR budget.yaml && spanbudget check traces.jsonl
     """
-    from spanbudget.collector.budget.source import write_default_budget
+    from .budget.source import write_default_budget
 
     try:
         written = write_default_budget(path, force=force)
@@ -257,14 +258,14 @@ def suggest(
 
         spanbudget budget suggest traces/ --objective 0.99
     """
-    from spanbudget.collector.budget.loader import BudgetError
-    from spanbudget.collector.suggest.budget import (
+    from .budget.loader import BudgetError
+    from .suggest.budget import (
         MIN_TRACES,
         NoTracesError,
         TooFewTracesError,
         render,
     )
-    from spanbudget.collector.suggest.budget import suggest as propose
+    from .suggest.budget import suggest as propose
 
     if not 0 < objective < 1:
         raise usage_error(f"--objective must be between 0 and 1, got {objective:g}")
@@ -346,16 +347,16 @@ def report(
     import json
     from datetime import UTC, datetime
 
-    from spanbudget.collector.check import evaluate_spans, read_inputs
-    from spanbudget.collector.loadtest.folder import (
+    from .check import evaluate_spans, read_inputs
+    from .loadtest.folder import (
         NotARunError,
         is_run_folder,
         judged_requests,
         read_run,
     )
-    from spanbudget.collector.loadtest.render_html import render_html
-    from spanbudget.collector.loadtest.render_terminal import render_terminal
-    from spanbudget.collector.stats import ShareRow, render_share, share_over_time
+    from .loadtest.render_html import render_html
+    from .loadtest.render_terminal import render_terminal
+    from .stats import ShareRow, render_share, share_over_time
 
     console = make_console()
     first = paths[0]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import enum
 
 import typer
-from spanbudget.common.terminal import print_error
+
+from .terminal import print_error
 
 __all__ = ["OutputFormat", "usage_error"]
 

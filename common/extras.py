@@ -15,8 +15,9 @@ from importlib import metadata
 from urllib.parse import unquote, urlparse
 
 import typer
-from spanbudget.common.errors import SpanbudgetError
-from spanbudget.common.terminal import print_error
+
+from .errors import SpanbudgetError
+from .terminal import print_error
 
 __all__ = [
     "REFERENCE",

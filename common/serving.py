@@ -17,7 +17,7 @@ import asyncio
 import signal
 from typing import TYPE_CHECKING, Any
 
-from spanbudget.common.errors import SpanbudgetError
+from .errors import SpanbudgetError
 
 if TYPE_CHECKING:
     from starlette.requests import Request

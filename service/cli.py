@@ -18,7 +18,8 @@ __all__ = ["ingest", "serve"]
 def _settings(**overrides: Any) -> Any:
     """Settings from options then environment; a bad value is a usage error, not a traceback."""
     from pydantic import ValidationError
-    from spanbudget.service.settings import Settings
+
+    from .settings import Settings
 
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
@@ -52,9 +53,10 @@ def serve(
     """
     exit_unless_installed("serve")
     from spanbudget.common.serving import serve as serve_app
-    from spanbudget.service.tokens import load_tokenizer
-    from spanbudget.service.tracers import GATEWAY_SERVICE_NAME, build_tracer_provider
-    from spanbudget.service.wiring import build_embedder, build_gateway, build_store
+
+    from .tokens import load_tokenizer
+    from .tracers import GATEWAY_SERVICE_NAME, build_tracer_provider
+    from .wiring import build_embedder, build_gateway, build_store
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -108,10 +110,11 @@ def ingest(
     """
     exit_unless_installed("ingest")
     from rich.progress import Progress
-    from spanbudget.service.embedding import SentenceTransformerEmbedder
-    from spanbudget.service.ingest import default_corpus, read_paths
-    from spanbudget.service.ingest import ingest as run_ingest
-    from spanbudget.service.wiring import build_store
+
+    from .embedding import SentenceTransformerEmbedder
+    from .ingest import default_corpus, read_paths
+    from .ingest import ingest as run_ingest
+    from .wiring import build_store
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     settings = _settings(data_dir=data_dir)

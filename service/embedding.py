@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import anyio
-from spanbudget.service.errors import ServiceError
+
+from .errors import ServiceError
 
 __all__ = [
     "RUNTIMES",
@@ -105,7 +106,7 @@ class SentenceTransformerEmbedder:
     def _compile(self, runtime: Runtime, log_fallback: bool) -> str:
         """Build the fastest graph from `runtime` on; say which one answers."""
         global _fallback_logged
-        from spanbudget.service.embedding_graph import (
+        from .embedding_graph import (
             GraphUnavailable,
             OnnxSentenceModel,
             TracedSentenceModel,

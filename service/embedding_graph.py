@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from spanbudget.service.errors import ServiceError
+
+from .errors import ServiceError
 
 __all__ = ["GraphUnavailable", "OnnxSentenceModel", "TracedSentenceModel", "padded_groups"]
 

@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from spanbudget.service.embedding import BatchResult, EmbeddingUnavailable, Runtime
+from .embedding import BatchResult, EmbeddingUnavailable, Runtime
 
 __all__ = ["EmbeddingPool", "EmbeddingProcess", "EmbeddingWorkerError"]
 
@@ -75,7 +75,7 @@ def _worker_main(
         # Process-wide, hence here at this process's entry point.
         torch.set_num_threads(threads)
         torch.set_num_interop_threads(1)
-    from spanbudget.service.embedding import SentenceTransformerEmbedder
+    from .embedding import SentenceTransformerEmbedder
 
     # The parent logs a fallback to a slower runtime, once for all its children.
     embedder = SentenceTransformerEmbedder(

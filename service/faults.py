@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from opentelemetry.trace import Span
-from spanbudget.service.attributes import FAULT_DELAY_MS
+
+from .attributes import FAULT_DELAY_MS
 
 __all__ = ["DELAY_HEADER", "GATEWAY_STAGES", "NO_FAULTS", "FaultPlan", "parse_delay_header"]
 

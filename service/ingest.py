@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from spanbudget.service.embedding import Embedder
-from spanbudget.service.vectorstore import Chunk, VectorStore
+from .embedding import Embedder
+from .vectorstore import Chunk, VectorStore
 
 __all__ = [
     "TEXT_SUFFIXES",

@@ -16,8 +16,9 @@ from opentelemetry.instrumentation.utils import suppress_http_instrumentation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider, use_span
 from spanbudget.common import semconv
 from spanbudget.common.connections import LendingTransport, read_to_end
-from spanbudget.service import attributes as names
-from spanbudget.service.errors import ServiceError
+
+from . import attributes as names
+from .errors import ServiceError
 
 __all__ = ["ChatStream", "LLMClient", "StreamEvent", "UpstreamError"]
 

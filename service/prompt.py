@@ -12,10 +12,11 @@ from typing import Any
 import jinja2
 from opentelemetry.trace import TracerProvider
 from spanbudget.common import semconv
-from spanbudget.service import attributes as names
-from spanbudget.service.faults import NO_FAULTS, FaultPlan
-from spanbudget.service.tokens import TokenCounter
-from spanbudget.service.vectorstore import Hit
+
+from . import attributes as names
+from .faults import NO_FAULTS, FaultPlan
+from .tokens import TokenCounter
+from .vectorstore import Hit
 
 __all__ = ["DEFAULT_TEMPLATES", "PromptBuilder", "RenderedPrompt"]
 

@@ -16,10 +16,11 @@ from functools import partial
 import anyio
 from opentelemetry.trace import SpanKind, TracerProvider
 from spanbudget.common import semconv
-from spanbudget.service import attributes as names
-from spanbudget.service.embedding import BatchEmbedder, Embedder, EmbeddingBatcher
-from spanbudget.service.faults import NO_FAULTS, FaultPlan
-from spanbudget.service.vectorstore import Hit, VectorStore
+
+from . import attributes as names
+from .embedding import BatchEmbedder, Embedder, EmbeddingBatcher
+from .faults import NO_FAULTS, FaultPlan
+from .vectorstore import Hit, VectorStore
 
 __all__ = ["Retriever"]
 

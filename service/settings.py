@@ -9,8 +9,9 @@ from typing import Annotated
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from spanbudget.common.serving import parse_listen
-from spanbudget.service.embedding import Runtime
-from spanbudget.service.tokens import DEFAULT_TOKENIZER
+
+from .embedding import Runtime
+from .tokens import DEFAULT_TOKENIZER
 
 __all__ = ["Settings"]
 

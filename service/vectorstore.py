@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from spanbudget.service.errors import ServiceError
+from .errors import ServiceError
 
 __all__ = [
     "Chunk",

@@ -9,14 +9,15 @@ from collections.abc import Callable
 import httpx
 from fastapi import FastAPI
 from opentelemetry.trace import TracerProvider
-from spanbudget.service.embedding import RUNTIME_NAMES, BatchEmbedder, Embedder
-from spanbudget.service.gateway.app import create_app
-from spanbudget.service.llm_client import LLMClient
-from spanbudget.service.prompt import PromptBuilder
-from spanbudget.service.retrieval import Retriever
-from spanbudget.service.settings import Settings
-from spanbudget.service.tokens import TokenCounter
-from spanbudget.service.vectorstore import EdgeStore, HnswParams, QdrantServerStore, VectorStore
+
+from .embedding import RUNTIME_NAMES, BatchEmbedder, Embedder
+from .gateway.app import create_app
+from .llm_client import LLMClient
+from .prompt import PromptBuilder
+from .retrieval import Retriever
+from .settings import Settings
+from .tokens import TokenCounter
+from .vectorstore import EdgeStore, HnswParams, QdrantServerStore, VectorStore
 
 __all__ = ["build_embedder", "build_gateway", "build_store", "hnsw_params"]
 
@@ -37,8 +38,8 @@ def build_embedder(settings: Settings) -> tuple[Embedder | BatchEmbedder, Callab
     Call it at a process entry point: it sets torch's threads for the whole process (when
     the model runs in a thread) or spawns the embedding process.
     """
-    from spanbudget.service.embedding import SentenceTransformerEmbedder
-    from spanbudget.service.embedding_process import EmbeddingPool
+    from .embedding import SentenceTransformerEmbedder
+    from .embedding_process import EmbeddingPool
 
     if settings.embedding_process:
         pool = EmbeddingPool(

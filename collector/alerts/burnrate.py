@@ -15,8 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.judging.verdict import Status, Verdict
+from ..budget.model import Budget
+from ..judging.verdict import Status, Verdict
 
 __all__ = [
     "DEFAULT_RULES",

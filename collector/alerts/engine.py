@@ -23,7 +23,11 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from spanbudget.collector.alerts.burnrate import (
+from ..budget.model import Budget
+from ..judging.verdict import Verdict
+from ..links import jaeger_trace_url, ui_trace_url
+from ..stats import percentile
+from .burnrate import (
     DEFAULT_RULES,
     TOTAL,
     BurnRule,
@@ -32,12 +36,8 @@ from spanbudget.collector.alerts.burnrate import (
     human_duration,
     over_limit,
 )
-from spanbudget.collector.alerts.persist import AlertStateStore
-from spanbudget.collector.alerts.state import RuleState, RuleStatus, RuleTrack
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.judging.verdict import Verdict
-from spanbudget.collector.links import jaeger_trace_url, ui_trace_url
-from spanbudget.collector.stats import percentile
+from .persist import AlertStateStore
+from .state import RuleState, RuleStatus, RuleTrack
 
 __all__ = ["Alert", "AlertEngine", "AlertSettings", "RuleState", "RuleStatus"]
 

@@ -14,7 +14,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import httpx
-from spanbudget.collector.alerts.engine import Alert
+
+from .engine import Alert
 
 __all__ = ["AlertSink", "AlertmanagerSink", "Dispatcher", "LogSink", "WebhookSink"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from spanbudget.collector.alerts.burnrate import BurnRule, WindowBurn, human_duration
+from .burnrate import BurnRule, WindowBurn, human_duration
 
 __all__ = ["RuleState", "RuleStatus", "RuleTrack"]
 

@@ -5,14 +5,14 @@ disk or packaged (`source`), and the instrumentation presets it may extend (`pre
 Pure data and parsing; nothing here judges a trace (that is `spanbudget.collector.judging`).
 """
 
-from spanbudget.collector.budget.loader import (
+from .loader import (
     BudgetError,
     LoadedBudget,
     load_budget,
     load_preset,
     parse_budget,
 )
-from spanbudget.collector.budget.model import (
+from .model import (
     DEFAULT_FIRST_TOKEN,
     Budget,
     FirstTokenMark,
@@ -21,8 +21,8 @@ from spanbudget.collector.budget.model import (
     Stage,
     WhenAbsent,
 )
-from spanbudget.collector.budget.presets import UnknownPresetError, preset_names
-from spanbudget.collector.budget.source import BudgetSource, find_budget, packaged_budget
+from .presets import UnknownPresetError, preset_names
+from .source import BudgetSource, find_budget, packaged_budget
 
 __all__ = [
     "DEFAULT_FIRST_TOKEN",

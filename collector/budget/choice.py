@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from spanbudget.collector.budget.loader import BudgetError, LoadedBudget, load_budget, load_preset
-from spanbudget.collector.budget.presets import UnknownPresetError, preset_path
-from spanbudget.collector.budget.source import find_budget
-from spanbudget.collector.errors import CollectorError
+from ..errors import CollectorError
+from .loader import BudgetError, LoadedBudget, load_budget, load_preset
+from .presets import UnknownPresetError, preset_path
+from .source import find_budget
 
 __all__ = ["BudgetChoiceError", "ChosenBudget", "choose_budget"]
 

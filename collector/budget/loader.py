@@ -14,14 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from spanbudget.collector.budget.extends import (
+
+from ..spans import SpanKind
+from .extends import (
     EXTENDS_KEYS,
     extended_name,
     merge_roots,
     scalar_text,
     stage_name,
 )
-from spanbudget.collector.budget.model import (
+from .model import (
     DEFAULT_FIRST_TOKEN,
     Budget,
     FirstTokenMark,
@@ -31,15 +33,14 @@ from spanbudget.collector.budget.model import (
     WhenAbsent,
     compile_glob,
 )
-from spanbudget.collector.budget.nodes import (
+from .nodes import (
     BudgetError,
     NodeChecker,
     compose,
     construct,
     describe,
 )
-from spanbudget.collector.budget.presets import UnknownPresetError, preset_names, preset_path
-from spanbudget.collector.spans import SpanKind
+from .presets import UnknownPresetError, preset_names, preset_path
 
 __all__ = ["BudgetError", "LoadedBudget", "load_budget", "load_preset", "parse_budget"]
 

@@ -11,12 +11,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from spanbudget.collector.errors import CollectorError
-from spanbudget.collector.spans import AttrValue, SpanKind
 from spanbudget.common.semconv import (
     GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
     GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
 )
+
+from ..errors import CollectorError
+from ..spans import AttrValue, SpanKind
 
 __all__ = [
     "DEFAULT_FIRST_TOKEN",

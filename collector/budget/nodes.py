@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from spanbudget.collector.errors import CollectorError
+
+from ..errors import CollectorError
 
 __all__ = ["BudgetError", "NodeChecker", "compose", "construct", "describe"]
 

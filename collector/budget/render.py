@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 
-from spanbudget.collector.budget.model import FirstTokenMark, Selector
+from .model import FirstTokenMark, Selector
 
 __all__ = ["number", "render_mark", "render_selector", "scalar"]
 

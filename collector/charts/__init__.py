@@ -1,7 +1,7 @@
 """The charts the web UI and `report.html` share: SVG from numbers (`svg`), coloured by the
 classes of `charts.css`, which both pages include."""
 
-from spanbudget.collector.charts.svg import (
+from .svg import (
     BandRow,
     BudgetRow,
     ShareRow,

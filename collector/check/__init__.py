@@ -1,7 +1,7 @@
 """`spanbudget check`: judge traces read from files, stdin or Jaeger (`paths`, `judge`),
 print them (`render`, `junit`), pick an exit code (`judge.exit_code`)."""
 
-from spanbudget.collector.check.judge import (
+from .judge import (
     CheckResult,
     FailOn,
     evaluate_spans,
@@ -9,9 +9,9 @@ from spanbudget.collector.check.judge import (
     fails,
     why_empty,
 )
-from spanbudget.collector.check.junit import render_junit
-from spanbudget.collector.check.paths import STDIN, Inputs, expand_paths, read_inputs
-from spanbudget.collector.check.render import render_json, render_table
+from .junit import render_junit
+from .paths import STDIN, Inputs, expand_paths, read_inputs
+from .render import render_json, render_table
 
 __all__ = [
     "STDIN",

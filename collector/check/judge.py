@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.context import request_attributes
-from spanbudget.collector.judging.evaluate import Evaluator
-from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.spans import Span, group_by_trace
+from ..budget.model import Budget
+from ..context import request_attributes
+from ..judging.evaluate import Evaluator
+from ..judging.verdict import Status, Verdict
+from ..spans import Span, group_by_trace
 
 __all__ = ["CheckResult", "FailOn", "evaluate_spans", "exit_code", "fails", "why_empty"]
 

@@ -13,10 +13,10 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.check.judge import CheckResult, FailOn, fails
-from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.stats import StageSummary, wilson_interval
+from ..budget.model import Budget
+from ..judging.verdict import Status, Verdict
+from ..stats import StageSummary, wilson_interval
+from .judge import CheckResult, FailOn, fails
 
 __all__ = ["render_junit"]
 

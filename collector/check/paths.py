@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from spanbudget.collector.readers import TraceReadError, parse_traces, read_traces
-from spanbudget.collector.spans import Span
+from ..readers import TraceReadError, parse_traces, read_traces
+from ..spans import Span
 
 __all__ = ["STDIN", "Inputs", "expand_paths", "read_inputs"]
 

@@ -9,13 +9,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.check.judge import CheckResult
-from spanbudget.collector.context import why
-from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.stats import StageSummary
-from spanbudget.collector.stats.table import StageRow, few_note, has_few, slo_line, stage_table
 from spanbudget.common.terminal import print_wide
+
+from ..budget.model import Budget
+from ..context import why
+from ..judging.verdict import Status, Verdict
+from ..stats import StageSummary
+from ..stats.table import StageRow, few_note, has_few, slo_line, stage_table
+from .judge import CheckResult
 
 __all__ = ["STATUS_STYLE", "render_json", "render_table", "short_ids", "worst_first"]
 

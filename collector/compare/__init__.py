@@ -3,8 +3,8 @@ samples (`samples`, `sources`), compared stage by stage with bootstrap intervals
 (`bootstrap`, `comparison`), judged by `--fail-on` rules (`rules`), and shown as a table,
 JSON or a page (`render_terminal`, `render_html`)."""
 
-from spanbudget.collector.compare.bootstrap import STATISTICS, Interval, bootstrap_differences
-from spanbudget.collector.compare.comparison import (
+from .bootstrap import STATISTICS, Interval, bootstrap_differences
+from .comparison import (
     Change,
     CompareSettings,
     Comparison,
@@ -12,10 +12,10 @@ from spanbudget.collector.compare.comparison import (
     StatComparison,
     compare,
 )
-from spanbudget.collector.compare.render_html import render_body, render_html, stage_figures
-from spanbudget.collector.compare.render_terminal import render_terminal
-from spanbudget.collector.compare.rules import Finding, Rule, RuleError, check_rules, parse_rule
-from spanbudget.collector.compare.samples import TTFT, Limits, Sample, Side
+from .render_html import render_body, render_html, stage_figures
+from .render_terminal import render_terminal
+from .rules import Finding, Rule, RuleError, check_rules, parse_rule
+from .samples import TTFT, Limits, Sample, Side
 
 __all__ = [
     "STATISTICS",

@@ -11,8 +11,8 @@ from spanbudget.common.commands import OutputFormat, usage_error
 from spanbudget.common.terminal import make_console, print_notices
 
 if TYPE_CHECKING:
-    from spanbudget.collector.budget.model import Budget
-    from spanbudget.collector.compare.samples import Side
+    from ..budget.model import Budget
+    from .samples import Side
 
 __all__ = ["compare"]
 
@@ -24,7 +24,7 @@ SIDE_HELP = (
 
 def _budget_loader(budget: Path | None, preset: str | None) -> Budget:
     """The budget trace files are judged against, found as `check` finds it."""
-    from spanbudget.collector.budget.choice import BudgetChoiceError, choose_budget
+    from ..budget.choice import BudgetChoiceError, choose_budget
 
     try:
         chosen = choose_budget(budget, preset)
@@ -42,7 +42,7 @@ def _side(
     budget: Path | None,
     preset: str | None,
 ) -> Side:
-    from spanbudget.collector.compare.sources import SideError, collector_side, path_side
+    from .sources import SideError, collector_side, path_side
 
     loaded: list[Budget] = []
 
@@ -133,7 +133,7 @@ def compare(
 
         spanbudget compare 2h..1h 1h.. --collector http://127.0.0.1:4318 --phase burst
     """
-    from spanbudget.collector.compare import (
+    from . import (
         CompareSettings,
         RuleError,
         check_rules,
@@ -141,7 +141,7 @@ def compare(
         render_html,
         render_terminal,
     )
-    from spanbudget.collector.compare import compare as run_compare
+    from . import compare as run_compare
 
     try:
         settings = CompareSettings(

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spanbudget.collector.compare.bootstrap import STATISTICS, Interval, bootstrap_differences
-from spanbudget.collector.compare.samples import TTFT, Side
-from spanbudget.collector.stats import enough_for, percentile
+from ..stats import enough_for, percentile
+from .bootstrap import STATISTICS, Interval, bootstrap_differences
+from .samples import TTFT, Side
 
 __all__ = [
     "Change",

@@ -10,12 +10,13 @@ from importlib import resources
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
-from spanbudget.collector.charts import bin_counts, fmt_ms, histogram, round_edges
-from spanbudget.collector.check.render import short_ids
-from spanbudget.collector.compare.comparison import Comparison
-from spanbudget.collector.compare.rules import Finding
-from spanbudget.collector.compare.samples import Limits
-from spanbudget.collector.stats import percentile
+
+from ..charts import bin_counts, fmt_ms, histogram, round_edges
+from ..check.render import short_ids
+from ..stats import percentile
+from .comparison import Comparison
+from .rules import Finding
+from .samples import Limits
 
 __all__ = ["StageFigure", "environment", "render_body", "render_html", "stage_figures"]
 

@@ -7,10 +7,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from spanbudget.collector.compare.comparison import Change, Comparison, StatComparison
-from spanbudget.collector.compare.rules import Finding
-from spanbudget.collector.compare.samples import Side
 from spanbudget.common.terminal import print_wide
+
+from .comparison import Change, Comparison, StatComparison
+from .rules import Finding
+from .samples import Side
 
 __all__ = ["CHANGE_STYLE", "render_terminal", "side_line"]
 

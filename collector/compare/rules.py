@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from spanbudget.collector.compare.bootstrap import Interval
-from spanbudget.collector.compare.comparison import Change, Comparison, StageComparison
-from spanbudget.collector.errors import CollectorError
+from ..errors import CollectorError
+from .bootstrap import Interval
+from .comparison import Change, Comparison, StageComparison
 
 __all__ = ["ANY", "Finding", "Rule", "RuleError", "check_rules", "parse_rule"]
 

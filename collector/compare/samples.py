@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from spanbudget.collector.annotations import LOADTEST_PHASE
-from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.loadtest.records import RequestResult
+from ..annotations import LOADTEST_PHASE
+from ..judging.verdict import Status, Verdict
+from ..loadtest.records import RequestResult
 
 __all__ = ["TTFT", "Limits", "Sample", "Side"]
 

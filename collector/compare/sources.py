@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.check import evaluate_spans, read_inputs
-from spanbudget.collector.compare.samples import TTFT, Limits, Side
-from spanbudget.collector.durations import parse_since
-from spanbudget.collector.errors import CollectorError
-from spanbudget.collector.judging.verdict import Verdict
-from spanbudget.collector.links import MAX_LIST
-from spanbudget.collector.loadtest.files import REPORT_JSON, REQUESTS_CSV, read_report, read_results
+
+from ..budget.model import Budget
+from ..check import evaluate_spans, read_inputs
+from ..durations import parse_since
+from ..errors import CollectorError
+from ..judging.verdict import Verdict
+from ..links import MAX_LIST
+from ..loadtest.files import REPORT_JSON, REQUESTS_CSV, read_report, read_results
+from .samples import TTFT, Limits, Side
 
 __all__ = [
     "SideError",

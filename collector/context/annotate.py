@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from spanbudget.collector.context.engine import EngineSamples
-from spanbudget.collector.context.request import arrival_ns, request_attributes
-from spanbudget.collector.spans import Span
+from ..spans import Span
+from .engine import EngineSamples
+from .request import arrival_ns, request_attributes
 
 __all__ = ["Annotate", "annotate_with"]
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spanbudget.collector.spans import Span
 from spanbudget.common.semconv import (
     GEN_AI_USAGE_INPUT_TOKENS,
     GEN_AI_USAGE_PROMPT_TOKENS,
     VLLM_REQUEST_SPAN,
 )
+
+from ..spans import Span
 
 __all__ = ["arrival_ns", "request_attributes"]
 

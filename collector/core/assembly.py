@@ -11,7 +11,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
-from spanbudget.collector.core.held import HeldSpan
+
+from .held import HeldSpan
 
 __all__ = ["REVISION", "AddResult", "Assembly", "AssemblySettings", "DueTrace"]
 

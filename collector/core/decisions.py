@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.core.held import HeldSpan
-from spanbudget.collector.judging.evaluate import Judged
-from spanbudget.collector.judging.verdict import Verdict
+from ..budget.model import Budget
+from ..judging.evaluate import Judged
+from ..judging.verdict import Verdict
+from .held import HeldSpan
 
 __all__ = ["DecidedTrace", "Decisions", "Retention", "VerdictSink"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spanbudget.collector.spans import Span
+from ..spans import Span
 
 __all__ = ["HeldSpan", "Origin"]
 

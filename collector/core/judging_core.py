@@ -16,13 +16,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.context import Annotate
-from spanbudget.collector.core.assembly import REVISION, Assembly, DueTrace
-from spanbudget.collector.core.decisions import DecidedTrace, Decisions, VerdictSink
-from spanbudget.collector.core.held import HeldSpan
-from spanbudget.collector.core.metrics import CollectorMetrics
-from spanbudget.collector.judging.evaluate import Evaluator
+from ..budget.model import Budget
+from ..context import Annotate
+from ..judging.evaluate import Evaluator
+from .assembly import REVISION, Assembly, DueTrace
+from .decisions import DecidedTrace, Decisions, VerdictSink
+from .held import HeldSpan
+from .metrics import CollectorMetrics
 
 __all__ = ["JudgingCore"]
 

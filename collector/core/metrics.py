@@ -13,8 +13,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
-from spanbudget.collector.core.decisions import Decisions
-from spanbudget.collector.judging.verdict import Status, Verdict
+
+from ..judging.verdict import Status, Verdict
+from .decisions import Decisions
 
 __all__ = ["BUDGET_BUCKETS_SECONDS", "CollectorMetrics", "MetricsSink", "render"]
 

@@ -15,16 +15,17 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.context import annotate_with
-from spanbudget.collector.core.assembly import Assembly
-from spanbudget.collector.core.decisions import Decisions
-from spanbudget.collector.core.held import HeldSpan
-from spanbudget.collector.core.judging_core import JudgingCore
-from spanbudget.collector.core.metrics import CollectorMetrics
-from spanbudget.collector.judging.verdict import Verdict
-from spanbudget.collector.spans import Span, SpanKind, first_events
 from spanbudget.common.semconv import HOST_ID, HOST_NAME, SERVICE_NAME
+
+from ..budget.model import Budget
+from ..context import annotate_with
+from ..judging.verdict import Verdict
+from ..spans import Span, SpanKind, first_events
+from .assembly import Assembly
+from .decisions import Decisions
+from .held import HeldSpan
+from .judging_core import JudgingCore
+from .metrics import CollectorMetrics
 
 __all__ = ["BudgetSpanProcessor", "span_from_sdk"]
 

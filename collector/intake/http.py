@@ -14,7 +14,9 @@ import hmac
 import logging
 
 from fastapi import APIRouter, Request, Response
-from spanbudget.collector.intake.otlp import (
+from spanbudget.common.serving import BodyAborted, BodyTimeout, BodyTooLarge, read_body
+
+from .otlp import (
     JSON,
     PROTOBUF,
     QUEUE_FULL,
@@ -24,8 +26,7 @@ from spanbudget.collector.intake.otlp import (
     encode_status,
     is_json,
 )
-from spanbudget.collector.intake.receiver import Intake
-from spanbudget.common.serving import BodyAborted, BodyTimeout, BodyTooLarge, read_body
+from .receiver import Intake
 
 __all__ = ["TRACES_PATH", "otlp_router"]
 

@@ -20,12 +20,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from spanbudget.collector.core.held import HeldSpan
-from spanbudget.collector.core.judging_core import JudgingCore
-from spanbudget.collector.intake.settings import PullSettings
-from spanbudget.collector.readers import TraceReadError
-from spanbudget.collector.sinks.store import VerdictStore
-from spanbudget.collector.spans import Span
+from ..core.held import HeldSpan
+from ..core.judging_core import JudgingCore
+from ..readers import TraceReadError
+from ..sinks.store import VerdictStore
+from ..spans import Span
+from .settings import PullSettings
 
 __all__ = ["JaegerPull"]
 

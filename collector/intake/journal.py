@@ -22,8 +22,8 @@ from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from spanbudget.collector.core.decisions import Decisions
-from spanbudget.collector.sinks.store import connect
+from ..core.decisions import Decisions
+from ..sinks.store import connect
 
 __all__ = ["Entry", "Journal", "JournalSink"]
 

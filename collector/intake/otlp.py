@@ -15,15 +15,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from spanbudget.collector.core.held import HeldSpan, Origin
-from spanbudget.collector.errors import CollectorError
-from spanbudget.collector.readers import (
+
+from ..core.held import HeldSpan, Origin
+from ..errors import CollectorError
+from ..readers import (
     TraceReadError,
     request_from_json,
     request_from_protobuf,
     spans_from_otlp,
 )
-from spanbudget.collector.spans import Span
+from ..spans import Span
 
 __all__ = [
     "QUEUE_FULL",

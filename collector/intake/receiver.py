@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 
-from spanbudget.collector.core.held import HeldSpan
-from spanbudget.collector.core.judging_core import JudgingCore
-from spanbudget.collector.core.metrics import CollectorMetrics
-from spanbudget.collector.intake.admission import Admission
-from spanbudget.collector.intake.journal import Journal
-from spanbudget.collector.intake.otlp import QUEUE_FULL, Batch, IntakeError, decode_export
-from spanbudget.collector.intake.settings import IntakeSettings
+from ..core.held import HeldSpan
+from ..core.judging_core import JudgingCore
+from ..core.metrics import CollectorMetrics
+from .admission import Admission
+from .journal import Journal
+from .otlp import QUEUE_FULL, Batch, IntakeError, decode_export
+from .settings import IntakeSettings
 
 __all__ = ["Intake"]
 

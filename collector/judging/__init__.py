@@ -9,8 +9,8 @@ model and `verdict_rules` the rules both forms share (rounding, bands, blame).
 
 # The `evaluate` function stays in its module: re-exported here, it would hide the module
 # `judging.evaluate` from `import spanbudget.collector.judging.evaluate`.
-from spanbudget.collector.judging.evaluate import COMPILED, PURE_PYTHON_ENV, Evaluator, Judged
-from spanbudget.collector.judging.verdict import StageResult, Status, Verdict
+from .evaluate import COMPILED, PURE_PYTHON_ENV, Evaluator, Judged
+from .verdict import StageResult, Status, Verdict
 
 __all__ = [
     "COMPILED",

@@ -3,10 +3,10 @@
 from collections.abc import Sequence
 from datetime import datetime
 
-from spanbudget.collector.budget.model import Budget, Selector
-from spanbudget.collector.judging.evaluate import Judged
-from spanbudget.collector.judging.stage_table import StageTable
-from spanbudget.collector.spans import Span
+from ..budget.model import Budget, Selector
+from ..spans import Span
+from .evaluate import Judged
+from .stage_table import StageTable
 
 class _Handback: ...
 

@@ -29,11 +29,11 @@ from libc.stdint cimport int64_t
 
 import dataclasses
 
-from spanbudget.collector.budget.model import WhenAbsent, attr_text
-from spanbudget.collector.spans import SpanKind, same_host, seconds_value
-from spanbudget.collector.judging.stage_table import PHASES
-from spanbudget.collector.judging.verdict import SEVERITY, StageResult, Status, Verdict
-from spanbudget.collector.judging.verdict_rules import (
+from ..budget.model import WhenAbsent, attr_text
+from ..spans import SpanKind, same_host, seconds_value
+from .stage_table import PHASES
+from .verdict import SEVERITY, StageResult, Status, Verdict
+from .verdict_rules import (
     EXACT_BELOW_NS,
     HALF_UNIT_NS,
     UNIT_NS,

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from spanbudget.collector.spans import AttrValue, Span, SpanKind, same_host, seconds_value
 from spanbudget.common.semconv import (
     GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL,
     GEN_AI_LATENCY_TIME_IN_QUEUE,
@@ -21,6 +20,8 @@ from spanbudget.common.semconv import (
     VLLM_PHASE_SPANS,
     VLLM_REQUEST_SPAN,
 )
+
+from ..spans import AttrValue, Span, SpanKind, same_host, seconds_value
 
 __all__ = ["Classifier", "Node", "Tree", "assemble", "attribute_window"]
 

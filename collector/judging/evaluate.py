@@ -10,25 +10,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from spanbudget.collector.budget.model import Budget, FirstTokenMark, Selector, WhenAbsent
-from spanbudget.collector.judging.attribution import Node, Tree, assemble, attribute_window
-from spanbudget.collector.judging.stage_table import StageTable
-from spanbudget.collector.judging.verdict import SEVERITY as _SEVERITY
-from spanbudget.collector.judging.verdict import StageResult, Status, Verdict, new_stage_result
-from spanbudget.collector.judging.verdict_rules import (
+from spanbudget.common.semconv import GEN_AI_REQUEST_MODEL
+
+from ..budget.model import Budget, FirstTokenMark, Selector, WhenAbsent
+from ..spans import Span, seconds_value
+from .attribution import Node, Tree, assemble, attribute_window
+from .stage_table import StageTable
+from .verdict import SEVERITY as _SEVERITY
+from .verdict import StageResult, Status, Verdict, new_stage_result
+from .verdict_rules import (
     apportion,
     band,
     blame,
     carried_attributes,
     round_ms,
 )
-from spanbudget.collector.spans import Span, seconds_value
-from spanbudget.common.semconv import GEN_AI_REQUEST_MODEL
 
 __all__ = ["COMPILED", "PURE_PYTHON_ENV", "Evaluator", "Judged", "evaluate", "first_token_ns"]
 
 try:  # the fast path compiled (_judge.pyx, built by setup.py where a C compiler is)
-    from spanbudget.collector.judging import _judge
+    from . import _judge
 except ImportError:
     _judge = None  # type: ignore[assignment]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from spanbudget.collector.budget.model import Selector, attr_text
-from spanbudget.collector.spans import AttrValue, SpanKind
+from ..budget.model import Selector, attr_text
+from ..spans import AttrValue, SpanKind
 
 __all__ = ["PHASES", "Decision", "StageTable", "resolve"]
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from spanbudget.collector.annotations import LOADTEST_PREFIX
-from spanbudget.collector.judging.verdict import StageResult, Status
-from spanbudget.collector.spans import AttrValue
 from spanbudget.common.semconv import GEN_AI_REQUEST_MODEL
+
+from ..annotations import LOADTEST_PREFIX
+from ..spans import AttrValue
+from .verdict import StageResult, Status
 
 __all__ = [
     "EXACT_BELOW_NS",

@@ -19,21 +19,22 @@ from typing import Annotated, Any
 from fastapi import FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
-from spanbudget.collector.alerts.engine import AlertEngine, RuleState
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.core.metrics import render
-from spanbudget.collector.durations import parse_since
-from spanbudget.collector.intake.http import otlp_router
-from spanbudget.collector.intake.receiver import Intake
-from spanbudget.collector.judging.verdict import Status
-from spanbudget.collector.links import MAX_LIST
-from spanbudget.collector.live.pipeline import Pipeline
-from spanbudget.collector.live.trace_api import trace_router
-from spanbudget.collector.sinks.store import VerdictStore
-from spanbudget.collector.stats import MAX_SLICES
-from spanbudget.collector.ui import SpanSource, ui_router
-from spanbudget.collector.ui.columns import VerdictColumns
-from spanbudget.collector.ui.overview import overview_slices, window_share
+
+from ..alerts.engine import AlertEngine, RuleState
+from ..budget.model import Budget
+from ..core.metrics import render
+from ..durations import parse_since
+from ..intake.http import otlp_router
+from ..intake.receiver import Intake
+from ..judging.verdict import Status
+from ..links import MAX_LIST
+from ..sinks.store import VerdictStore
+from ..stats import MAX_SLICES
+from ..ui import SpanSource, ui_router
+from ..ui.columns import VerdictColumns
+from ..ui.overview import overview_slices, window_share
+from .pipeline import Pipeline
+from .trace_api import trace_router
 
 __all__ = ["app_for", "create_app"]
 

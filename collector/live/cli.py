@@ -147,8 +147,9 @@ def collect(
         spanbudget collect --pull-jaeger http://127.0.0.1:16686 --pull-service rag-gateway
     """
     from pydantic import ValidationError
-    from spanbudget.collector.durations import parse_duration
-    from spanbudget.collector.live.settings import CollectorSettings
+
+    from ..durations import parse_duration
+    from .settings import CollectorSettings
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -207,7 +208,7 @@ _FLAGS = {
 def _problems(exc: Any, given: dict[str, Any]) -> str:
     """A settings error on one line, each problem named by the flag, or the environment
     variable, that gave the value."""
-    from spanbudget.collector.live.settings import ENV_PREFIX, CollectorSettings
+    from .settings import ENV_PREFIX, CollectorSettings
 
     flat_of = {where: flat for flat, where in CollectorSettings.flat_names().items()}
     problems = []
@@ -227,13 +228,14 @@ def _problems(exc: Any, given: dict[str, Any]) -> str:
 
 def run(settings: Any) -> int:
     """Run the collector until SIGINT/SIGTERM; return the exit code."""
-    from spanbudget.collector.budget.loader import BudgetError, load_budget
-    from spanbudget.collector.budget.source import find_budget
-    from spanbudget.collector.judging.evaluate import COMPILED
-    from spanbudget.collector.live.app import app_for
-    from spanbudget.collector.live.gc_settings import tune_for_throughput
-    from spanbudget.collector.live.pipeline import assemble
     from spanbudget.common.serving import parse_listen, serve
+
+    from ..budget.loader import BudgetError, load_budget
+    from ..budget.source import find_budget
+    from ..judging.evaluate import COMPILED
+    from .app import app_for
+    from .gc_settings import tune_for_throughput
+    from .pipeline import assemble
 
     source = find_budget(settings.budget_path)
     log.info("%s", source.describe())

@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 
 import httpx
-from spanbudget.collector.context import EngineSamples, parse_engine_metrics
+
+from ..context import EngineSamples, parse_engine_metrics
 
 __all__ = ["EngineScraper"]
 

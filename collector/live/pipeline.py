@@ -23,26 +23,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
-from spanbudget.collector.alerts.engine import AlertEngine
-from spanbudget.collector.alerts.sinks import Dispatcher
-from spanbudget.collector.budget.loader import BudgetError, load_budget
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.context import EngineSamples, annotate_with
-from spanbudget.collector.core.assembly import Assembly
-from spanbudget.collector.core.decisions import VerdictSink
-from spanbudget.collector.core.judging_core import JudgingCore
-from spanbudget.collector.core.metrics import CollectorMetrics, MetricsSink
-from spanbudget.collector.intake.jaeger_pull import JaegerPull
-from spanbudget.collector.intake.journal import Journal, JournalSink
-from spanbudget.collector.intake.receiver import Intake
-from spanbudget.collector.judging.evaluate import Evaluator
-from spanbudget.collector.live.engine_metrics import EngineScraper
-from spanbudget.collector.live.settings import CollectorSettings
-from spanbudget.collector.readers import read_jaeger_api
-from spanbudget.collector.sinks.alerting import AlertsSink, build_alerts
-from spanbudget.collector.sinks.forward import Forwarder
-from spanbudget.collector.sinks.span_store import SpanSink, SpanStore
-from spanbudget.collector.sinks.store import StoreSink, VerdictStore
+
+from ..alerts.engine import AlertEngine
+from ..alerts.sinks import Dispatcher
+from ..budget.loader import BudgetError, load_budget
+from ..budget.model import Budget
+from ..context import EngineSamples, annotate_with
+from ..core.assembly import Assembly
+from ..core.decisions import VerdictSink
+from ..core.judging_core import JudgingCore
+from ..core.metrics import CollectorMetrics, MetricsSink
+from ..intake.jaeger_pull import JaegerPull
+from ..intake.journal import Journal, JournalSink
+from ..intake.receiver import Intake
+from ..judging.evaluate import Evaluator
+from ..readers import read_jaeger_api
+from ..sinks.alerting import AlertsSink, build_alerts
+from ..sinks.forward import Forwarder
+from ..sinks.span_store import SpanSink, SpanStore
+from ..sinks.store import StoreSink, VerdictStore
+from .engine_metrics import EngineScraper
+from .settings import CollectorSettings
 
 __all__ = ["Pipeline", "assemble"]
 

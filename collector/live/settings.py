@@ -22,10 +22,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
-from spanbudget.collector.core.assembly import AssemblySettings
-from spanbudget.collector.intake.settings import IntakeSettings, PullSettings
-from spanbudget.collector.sinks.settings import AlertsSettings, ForwardSettings, StoreSettings
 from spanbudget.common.serving import parse_listen
+
+from ..core.assembly import AssemblySettings
+from ..intake.settings import IntakeSettings, PullSettings
+from ..sinks.settings import AlertsSettings, ForwardSettings, StoreSettings
 
 __all__ = ["ENV_PREFIX", "CollectorSettings", "EngineMetricsSettings"]
 

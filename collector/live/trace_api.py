@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, HTTPException
-from spanbudget.collector.sinks.span_store import SpanStore
-from spanbudget.collector.spans import AttrValue, Span
+
+from ..sinks.span_store import SpanStore
+from ..spans import AttrValue, Span
 
 __all__ = ["otlp_json", "trace_router"]
 

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from spanbudget.collector.loadtest.schedule import Arrival
 from spanbudget.common.commands import usage_error
 from spanbudget.common.terminal import make_console, print_error
+
+from .schedule import Arrival
 
 __all__ = ["loadtest"]
 
@@ -94,21 +95,21 @@ def loadtest(
 
         spanbudget loadtest --target http://127.0.0.1:8080 --delay retrieval=15 --out runs/slow
     """
-    from spanbudget.collector.budget.loader import BudgetError, load_budget
-    from spanbudget.collector.budget.source import find_budget
-    from spanbudget.collector.durations import parse_duration
-    from spanbudget.collector.loadtest.client import parse_delay
-    from spanbudget.collector.loadtest.run import (
+    from ..budget.loader import BudgetError, load_budget
+    from ..budget.source import find_budget
+    from ..durations import parse_duration
+    from .client import parse_delay
+    from .run import (
         EXIT_FAILED,
         LoadTest,
         RunFailed,
         load_prompts,
         new_run_id,
     )
-    from spanbudget.collector.loadtest.schedule import Phase
-    from spanbudget.collector.loadtest.sweep import parse_sweep
-    from spanbudget.collector.loadtest.sweep_run import SweepRun
-    from spanbudget.collector.loadtest.tracer import DEFAULT_COLLECTOR, loadtest_tracer_provider
+    from .schedule import Phase
+    from .sweep import parse_sweep
+    from .sweep_run import SweepRun
+    from .tracer import DEFAULT_COLLECTOR, loadtest_tracer_provider
 
     source = find_budget(budget)
     make_console(stderr=True).print(source.describe())

@@ -17,11 +17,12 @@ from opentelemetry import trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from spanbudget.collector.annotations import LOADTEST_PHASE, LOADTEST_REQUEST_INDEX, LOADTEST_RUN_ID
-from spanbudget.collector.loadtest.http1 import HTTPError, StreamingClient, sse_data
-from spanbudget.collector.stats import percentile
 from spanbudget.common import semconv as sc
 from spanbudget.common.connections import read_to_end
+
+from ..annotations import LOADTEST_PHASE, LOADTEST_REQUEST_INDEX, LOADTEST_RUN_ID
+from ..stats import percentile
+from .http1 import HTTPError, StreamingClient, sse_data
 
 __all__ = ["DELAY_HEADER", "ChatRequest", "RequestRecord", "parse_delay", "send_chat"]
 

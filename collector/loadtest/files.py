@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from spanbudget.collector.judging.verdict import Status
-from spanbudget.collector.loadtest.client import RequestRecord
-from spanbudget.collector.loadtest.records import RequestResult, RequestVerdict, StageTime
-from spanbudget.collector.loadtest.report_model import Report
+from ..judging.verdict import Status
+from .client import RequestRecord
+from .records import RequestResult, RequestVerdict, StageTime
+from .report_model import Report
 
 __all__ = [
     "REPORT_JSON",

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from spanbudget.collector.errors import CollectorError
-from spanbudget.collector.loadtest.files import REPORT_JSON, REQUESTS_CSV, read_report, read_results
-from spanbudget.collector.loadtest.records import RequestResult
-from spanbudget.collector.loadtest.report_model import Report
-from spanbudget.collector.stats import ShareRow
+from ..errors import CollectorError
+from ..stats import ShareRow
+from .files import REPORT_JSON, REQUESTS_CSV, read_report, read_results
+from .records import RequestResult
+from .report_model import Report
 
 __all__ = ["NotARunError", "RunFolder", "is_run_folder", "judged_requests", "read_run"]
 

@@ -24,7 +24,8 @@ from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
 import h11
-from spanbudget.collector.errors import CollectorError
+
+from ..errors import CollectorError
 
 __all__ = ["HTTPError", "Response", "StreamingClient", "sse_data"]
 

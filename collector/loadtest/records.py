@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from spanbudget.collector.context import why
-from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.loadtest.client import RequestRecord
+from ..context import why
+from ..judging.verdict import Status, Verdict
+from .client import RequestRecord
 
 __all__ = ["RequestResult", "RequestVerdict", "StageTime", "join"]
 

@@ -18,7 +18,8 @@ from importlib import resources
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
-from spanbudget.collector.charts import (
+
+from ..charts import (
     BandRow,
     band_class,
     bin_counts,
@@ -28,18 +29,18 @@ from spanbudget.collector.charts import (
     round_edges,
     stage_bands,
 )
-from spanbudget.collector.judging.verdict import Status
-from spanbudget.collector.links import ui_run_url, ui_traces_url
-from spanbudget.collector.loadtest.records import RequestResult
-from spanbudget.collector.loadtest.report_model import Report
-from spanbudget.collector.stats import (
+from ..judging.verdict import Status
+from ..links import ui_run_url, ui_traces_url
+from ..stats import (
     PERCENTILES,
     StageSummary,
     enough_for,
     judge_slo,
     percentile,
 )
-from spanbudget.collector.stats.table import few_note
+from ..stats.table import few_note
+from .records import RequestResult
+from .report_model import Report
 
 __all__ = ["PhaseFigures", "phase_figures", "render_html"]
 

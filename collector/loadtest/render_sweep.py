@@ -10,7 +10,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from spanbudget.collector.loadtest.sweep import (
+from spanbudget.common.terminal import print_wide
+
+from ..stats import CONFIDENCE, min_count, wilson_interval
+from .sweep import (
     SLO_ROW,
     TTFT_ROW,
     Decision,
@@ -19,8 +22,6 @@ from spanbudget.collector.loadtest.sweep import (
     SweepStep,
     rate_label,
 )
-from spanbudget.collector.stats import CONFIDENCE, min_count, wilson_interval
-from spanbudget.common.terminal import print_wide
 
 __all__ = ["knee_cells", "render_sweep", "step_line"]
 

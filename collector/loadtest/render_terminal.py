@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rich.console import Console
-from spanbudget.collector.judging.verdict import Status
-from spanbudget.collector.loadtest.report_model import PhaseLine, Report
-from spanbudget.collector.stats import CONFIDENCE, enough_for, min_count, wilson_interval
-from spanbudget.collector.stats.table import StageRow, few_note, has_few, slo_line, stage_table
 from spanbudget.common.terminal import print_wide
+
+from ..judging.verdict import Status
+from ..stats import CONFIDENCE, enough_for, min_count, wilson_interval
+from ..stats.table import StageRow, few_note, has_few, slo_line, stage_table
+from .report_model import PhaseLine, Report
 
 __all__ = ["render_terminal"]
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.links import jaeger_trace_url, ui_trace_url
-from spanbudget.collector.loadtest.records import RequestResult, RequestVerdict
-from spanbudget.collector.loadtest.report_model import (
+from ..budget.model import Budget
+from ..links import jaeger_trace_url, ui_trace_url
+from ..stats import StageSummary
+from .records import RequestResult, RequestVerdict
+from .report_model import (
     PhaseLine,
     Report,
     RunInfo,
@@ -21,7 +22,6 @@ from spanbudget.collector.loadtest.report_model import (
     StageLine,
     WindowLine,
 )
-from spanbudget.collector.stats import StageSummary
 
 __all__ = ["build_report"]
 

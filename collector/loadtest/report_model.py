@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from spanbudget.collector.stats import StageSummary
+from ..stats import StageSummary
 
 __all__ = ["PhaseLine", "Report", "RunInfo", "SlowTrace", "StageLine", "WindowLine"]
 

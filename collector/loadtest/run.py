@@ -19,25 +19,26 @@ import httpx
 from opentelemetry.sdk.trace import TracerProvider
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.errors import CollectorError
-from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord
-from spanbudget.collector.loadtest.files import (
+
+from ..budget.model import Budget
+from ..errors import CollectorError
+from ..stats import percentile
+from .client import ChatRequest, RequestRecord
+from .files import (
     REPORT_JSON,
     REQUESTS_CSV,
     write_report,
     write_results,
 )
-from spanbudget.collector.loadtest.records import join
-from spanbudget.collector.loadtest.render_html import render_html
-from spanbudget.collector.loadtest.render_terminal import render_terminal
-from spanbudget.collector.loadtest.report import build_report
-from spanbudget.collector.loadtest.report_model import Report, RunInfo
-from spanbudget.collector.loadtest.runner import Progress as Counters
-from spanbudget.collector.loadtest.runner import RunSettings, run_requests
-from spanbudget.collector.loadtest.schedule import Arrival, Phase, build_schedule
-from spanbudget.collector.loadtest.verdicts import CollectorUnavailable, wait_for_verdicts
-from spanbudget.collector.stats import percentile
+from .records import join
+from .render_html import render_html
+from .render_terminal import render_terminal
+from .report import build_report
+from .report_model import Report, RunInfo
+from .runner import Progress as Counters
+from .runner import RunSettings, run_requests
+from .schedule import Arrival, Phase, build_schedule
+from .verdicts import CollectorUnavailable, wait_for_verdicts
 
 __all__ = [
     "EXIT_BREACHED",

@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from opentelemetry import trace
-from spanbudget.collector.loadtest.client import ChatRequest, RequestRecord, send_chat
-from spanbudget.collector.loadtest.http1 import StreamingClient
-from spanbudget.collector.loadtest.idle_gc import IdleCollections
+
+from .client import ChatRequest, RequestRecord, send_chat
+from .http1 import StreamingClient
+from .idle_gc import IdleCollections
 
 __all__ = ["Progress", "RunSettings", "run_requests"]
 

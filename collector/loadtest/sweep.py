@@ -17,9 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spanbudget.collector.loadtest.records import RequestResult
-from spanbudget.collector.loadtest.report_model import Report
-from spanbudget.collector.stats import (
+from ..stats import (
     CONFIDENCE,
     SloDecision,
     decide_slo,
@@ -29,6 +27,8 @@ from spanbudget.collector.stats import (
     quantile_interval,
     wilson_interval,
 )
+from .records import RequestResult
+from .report_model import Report
 
 __all__ = [
     "BOUNDED_P95",

@@ -7,10 +7,12 @@ from __future__ import annotations
 from importlib import resources
 
 from markupsafe import Markup
-from spanbudget.collector.charts import esc, fmt_ms, nice_ticks, num, stage_class, svg_root
-from spanbudget.collector.links import ui_run_url
-from spanbudget.collector.loadtest.render_sweep import first_break_line, knee_cells
-from spanbudget.collector.loadtest.sweep import (
+
+from ..charts import esc, fmt_ms, nice_ticks, num, stage_class, svg_root
+from ..links import ui_run_url
+from ..stats import CONFIDENCE, min_count
+from .render_sweep import first_break_line, knee_cells
+from .sweep import (
     SLO_ROW,
     TTFT_ROW,
     Decision,
@@ -18,7 +20,6 @@ from spanbudget.collector.loadtest.sweep import (
     SweepStep,
     rate_label,
 )
-from spanbudget.collector.stats import CONFIDENCE, min_count
 
 __all__ = ["sweep_chart", "sweep_page"]
 

@@ -15,19 +15,20 @@ from dataclasses import dataclass, replace
 
 from opentelemetry.sdk.trace import TracerProvider
 from rich.console import Console
-from spanbudget.collector.loadtest.files import REQUESTS_CSV, read_results
-from spanbudget.collector.loadtest.render_sweep import render_sweep, step_line
-from spanbudget.collector.loadtest.run import (
+
+from ..stats import min_count
+from .files import REQUESTS_CSV, read_results
+from .render_sweep import render_sweep, step_line
+from .run import (
     EXIT_BREACHED,
     EXIT_FAILED,
     EXIT_OK,
     LoadTest,
     RunFailed,
 )
-from spanbudget.collector.loadtest.schedule import Phase
-from spanbudget.collector.loadtest.sweep import BOUNDED_P95, Sweep, SweepStep, rate_label
-from spanbudget.collector.loadtest.sweep_chart import sweep_page
-from spanbudget.collector.stats import min_count
+from .schedule import Phase
+from .sweep import BOUNDED_P95, Sweep, SweepStep, rate_label
+from .sweep_chart import sweep_page
 
 __all__ = ["STEP_CAP_S", "SWEEP_HTML", "SWEEP_JSON", "SweepRun", "step_phase"]
 

@@ -10,9 +10,10 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import httpx
-from spanbudget.collector.errors import CollectorError
-from spanbudget.collector.judging.verdict import Verdict
-from spanbudget.collector.links import MAX_LIST
+
+from ..errors import CollectorError
+from ..judging.verdict import Verdict
+from ..links import MAX_LIST
 
 __all__ = ["CollectorUnavailable", "wait_for_verdicts"]
 

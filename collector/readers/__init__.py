@@ -17,10 +17,10 @@ raises `TraceReadError`, never another exception type.
 
 from __future__ import annotations
 
-from spanbudget.collector.readers._errors import TraceReadError
-from spanbudget.collector.readers._formats import parse_traces, read_traces
-from spanbudget.collector.readers._jaeger_api import read_jaeger_api
-from spanbudget.collector.readers._otlp import (
+from ._errors import TraceReadError
+from ._formats import parse_traces, read_traces
+from ._jaeger_api import read_jaeger_api
+from ._otlp import (
     request_from_json,
     request_from_protobuf,
     spans_from_otlp,

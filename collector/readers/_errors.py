@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spanbudget.collector.errors import CollectorError
+from ..errors import CollectorError
 
 __all__ = ["TraceReadError"]
 

@@ -16,14 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from spanbudget.collector.readers._errors import TraceReadError
-from spanbudget.collector.readers._jaeger_ui import spans_from_jaeger_trace, spans_from_jaeger_ui
-from spanbudget.collector.readers._otlp import (
+from ..spans import Span
+from ._errors import TraceReadError
+from ._jaeger_ui import spans_from_jaeger_trace, spans_from_jaeger_ui
+from ._otlp import (
     request_from_json,
     request_from_protobuf,
     spans_from_otlp,
 )
-from spanbudget.collector.spans import Span
 
 __all__ = ["parse_traces", "read_traces"]
 

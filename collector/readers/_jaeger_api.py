@@ -8,9 +8,10 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import httpx
-from spanbudget.collector.readers._errors import TraceReadError
-from spanbudget.collector.readers._formats import parse_traces
-from spanbudget.collector.spans import Span
+
+from ..spans import Span
+from ._errors import TraceReadError
+from ._formats import parse_traces
 
 __all__ = ["DEFAULT_LIMIT", "read_jaeger_api"]
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from spanbudget.collector.readers._errors import TraceReadError
-from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind, first_events
 from spanbudget.common.semconv import HOST_ID, HOST_NAME
+
+from ..spans import AttrValue, Span, SpanEvent, SpanKind, first_events
+from ._errors import TraceReadError
 
 __all__ = ["spans_from_jaeger_trace", "spans_from_jaeger_ui"]
 

@@ -14,9 +14,10 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
-from spanbudget.collector.readers._errors import TraceReadError
-from spanbudget.collector.spans import AttrValue, Span, SpanKind, first_events
 from spanbudget.common.semconv import HOST_ID, HOST_NAME, SERVICE_NAME
+
+from ..spans import AttrValue, Span, SpanKind, first_events
+from ._errors import TraceReadError
 
 __all__ = [
     "request_from_json",

@@ -7,19 +7,19 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from spanbudget.collector.alerts.engine import AlertEngine, AlertSettings
-from spanbudget.collector.alerts.persist import AlertStateFile
-from spanbudget.collector.alerts.sinks import (
+from ..alerts.engine import AlertEngine, AlertSettings
+from ..alerts.persist import AlertStateFile
+from ..alerts.sinks import (
     AlertmanagerSink,
     AlertSink,
     Dispatcher,
     LogSink,
     WebhookSink,
 )
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.core.decisions import Decisions
-from spanbudget.collector.core.metrics import CollectorMetrics
-from spanbudget.collector.sinks.settings import AlertsSettings
+from ..budget.model import Budget
+from ..core.decisions import Decisions
+from ..core.metrics import CollectorMetrics
+from .settings import AlertsSettings
 
 __all__ = ["AlertsSink", "build_alerts"]
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from spanbudget.collector.annotations import (
+
+from ..annotations import (
     BUDGET_BLAME,
     BUDGET_NAME,
     BUDGET_OVERRUN_MS,
@@ -31,12 +32,12 @@ from spanbudget.collector.annotations import (
     BUDGET_STATUS,
     BUDGET_TTFT_MS,
 )
-from spanbudget.collector.core.decisions import Decisions
-from spanbudget.collector.core.held import HeldSpan
-from spanbudget.collector.core.metrics import CollectorMetrics
-from spanbudget.collector.judging.evaluate import Judged
-from spanbudget.collector.sinks.forward_policy import SAMPLED_OUT, ForwardPolicy
-from spanbudget.collector.sinks.settings import ForwardSettings
+from ..core.decisions import Decisions
+from ..core.held import HeldSpan
+from ..core.metrics import CollectorMetrics
+from ..judging.evaluate import Judged
+from .forward_policy import SAMPLED_OUT, ForwardPolicy
+from .settings import ForwardSettings
 
 __all__ = ["Forwarder", "annotate", "backoff_delay", "build_request"]
 

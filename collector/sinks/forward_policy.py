@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # settings import this module: keep it light
-    from spanbudget.collector.core.decisions import DecidedTrace
+    from ..core.decisions import DecidedTrace
 
 __all__ = [
     "KEEP_NAMES",

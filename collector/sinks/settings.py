@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from spanbudget.collector.sinks.forward_policy import parse_keep
+
+from .forward_policy import parse_keep
 
 __all__ = ["AlertsSettings", "ForwardSettings", "StoreSettings"]
 

@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from spanbudget.collector.core.decisions import Decisions, Retention
-from spanbudget.collector.core.metrics import CollectorMetrics
-from spanbudget.collector.sinks.settings import StoreSettings
-from spanbudget.collector.sinks.store import connect
-from spanbudget.collector.spans import Span, SpanKind
+from ..core.decisions import Decisions, Retention
+from ..core.metrics import CollectorMetrics
+from ..spans import Span, SpanKind
+from .settings import StoreSettings
+from .store import connect
 
 __all__ = ["SpanSink", "SpanStore", "decode_spans", "encode_spans"]
 

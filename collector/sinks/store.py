@@ -15,11 +15,11 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from spanbudget.collector.alerts.burnrate import TOTAL
-from spanbudget.collector.annotations import LOADTEST_RUN_ID
-from spanbudget.collector.core.decisions import Decisions, Retention
-from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.stats import StageSummary
+from ..alerts.burnrate import TOTAL
+from ..annotations import LOADTEST_RUN_ID
+from ..core.decisions import Decisions, Retention
+from ..judging.verdict import Status, Verdict
+from ..stats import StageSummary
 
 __all__ = ["StoreSink", "VerdictStore", "connect"]
 

@@ -3,7 +3,7 @@ sure they are (`intervals`), the per-stage table every command prints (`table`),
 stage's share of the time to first token and of the blame (`share`), and the round time
 slices figures over time use (`slices`)."""
 
-from spanbudget.collector.stats.intervals import (
+from .intervals import (
     CONFIDENCE,
     SloDecision,
     SloJudgement,
@@ -14,7 +14,7 @@ from spanbudget.collector.stats.intervals import (
     quantile_interval,
     wilson_interval,
 )
-from spanbudget.collector.stats.share import (
+from .share import (
     UNATTRIBUTED,
     BudgetShare,
     ShareRow,
@@ -24,9 +24,9 @@ from spanbudget.collector.stats.share import (
     share_of,
     share_over_time,
 )
-from spanbudget.collector.stats.share_table import render_share
-from spanbudget.collector.stats.slices import MAX_SLICES, Slices, slices_for
-from spanbudget.collector.stats.summary import PERCENTILES, StageSummary, percentile
+from .share_table import render_share
+from .slices import MAX_SLICES, Slices, slices_for
+from .summary import PERCENTILES, StageSummary, percentile
 
 __all__ = [
     "CONFIDENCE",

@@ -28,9 +28,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.stats.intervals import CONFIDENCE, min_count, wilson_interval
-from spanbudget.collector.stats.slices import Slices, slices_for
+
+from ..judging.verdict import Status, Verdict
+from .intervals import CONFIDENCE, min_count, wilson_interval
+from .slices import Slices, slices_for
 
 __all__ = [
     "UNATTRIBUTED",

@@ -10,8 +10,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from spanbudget.collector.stats.share import BudgetShare
 from spanbudget.common.terminal import print_wide
+
+from .share import BudgetShare
 
 __all__ = ["render_share"]
 

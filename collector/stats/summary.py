@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spanbudget.collector.judging.verdict import Status
+from ..judging.verdict import Status
 
 __all__ = ["PERCENTILES", "StageSummary", "percentile"]
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from rich import box
 from rich.table import Table
 from rich.text import Text
-from spanbudget.collector.stats.intervals import (
+
+from .intervals import (
     CONFIDENCE,
     SloDecision,
     decide_slo,
@@ -23,7 +24,7 @@ from spanbudget.collector.stats.intervals import (
     min_count,
     wilson_interval,
 )
-from spanbudget.collector.stats.summary import StageSummary
+from .summary import StageSummary
 
 __all__ = ["FEW", "StageRow", "few_note", "has_few", "slo_line", "stage_table"]
 

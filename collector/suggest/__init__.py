@@ -1,6 +1,6 @@
 """`spanbudget budget suggest`: a budget proposed from observed traces (`budget`), with its
 stages found in the span tree's structure when no preset names them (`stages`)."""
 
-from spanbudget.collector.suggest.budget import NoTracesError, Suggestion, render, suggest
+from .budget import NoTracesError, Suggestion, render, suggest
 
 __all__ = ["NoTracesError", "Suggestion", "render", "suggest"]

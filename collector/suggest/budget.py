@@ -19,16 +19,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from spanbudget.collector.budget.loader import parse_budget
-from spanbudget.collector.budget.model import DEFAULT_FIRST_TOKEN, Budget, Stage, WhenAbsent
-from spanbudget.collector.budget.render import number, render_mark, render_selector, scalar
-from spanbudget.collector.errors import CollectorError
-from spanbudget.collector.judging.evaluate import Evaluator
-from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.spans import Span, group_by_trace
-from spanbudget.collector.stats import CONFIDENCE, percentile, quantile_interval
-from spanbudget.collector.suggest.joint import FLOOR_MS, HEADROOM, Limits, find_level, limits_at
-from spanbudget.collector.suggest.stages import stages_from_structure
+from ..budget.loader import parse_budget
+from ..budget.model import DEFAULT_FIRST_TOKEN, Budget, Stage, WhenAbsent
+from ..budget.render import number, render_mark, render_selector, scalar
+from ..errors import CollectorError
+from ..judging.evaluate import Evaluator
+from ..judging.verdict import Status, Verdict
+from ..spans import Span, group_by_trace
+from ..stats import CONFIDENCE, percentile, quantile_interval
+from .joint import FLOOR_MS, HEADROOM, Limits, find_level, limits_at
+from .stages import stages_from_structure
 
 __all__ = [
     "MIN_TRACES",

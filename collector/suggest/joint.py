@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from spanbudget.collector.stats import percentile
+from ..stats import percentile
 
 __all__ = ["FLOOR_MS", "HEADROOM", "STEP", "Limits", "find_level", "limits_at"]
 

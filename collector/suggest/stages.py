@@ -15,10 +15,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from spanbudget.collector.budget.model import FirstTokenMark, Selector, WhenAbsent
-from spanbudget.collector.judging.attribution import Node, assemble, attribute_window
-from spanbudget.collector.judging.evaluate import first_token_ns
-from spanbudget.collector.spans import Span, SpanKind
+from ..budget.model import FirstTokenMark, Selector, WhenAbsent
+from ..judging.attribution import Node, assemble, attribute_window
+from ..judging.evaluate import first_token_ns
+from ..spans import Span, SpanKind
 
 __all__ = ["StageDraft", "stages_from_structure"]
 

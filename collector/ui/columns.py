@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from spanbudget.collector.judging.verdict import Status
-from spanbudget.collector.stats import PERCENTILES, BudgetShare, Slices, budget_share
+
+from ..judging.verdict import Status
+from ..stats import PERCENTILES, BudgetShare, Slices, budget_share
 
 __all__ = ["STATUS_CODES", "ColumnSelection", "VerdictColumns"]
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from markupsafe import Markup
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.charts import (
+
+from ..budget.model import Budget
+from ..charts import (
     BandRow,
     ShareRow,
     histogram,
@@ -22,14 +23,14 @@ from spanbudget.collector.charts import (
     share_panels,
     stage_bands,
 )
-from spanbudget.collector.stats import (
+from ..stats import (
     MAX_SLICES,
     BudgetShare,
     Slices,
     min_count,
     slices_for,
 )
-from spanbudget.collector.ui.columns import ColumnSelection
+from .columns import ColumnSelection
 
 __all__ = [
     "MAX_SLICES",

@@ -20,10 +20,11 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
-from spanbudget.collector.alerts.engine import AlertEngine
-from spanbudget.collector.annotations import LOADTEST_RUN_ID
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.charts import (
+
+from ..alerts.engine import AlertEngine
+from ..annotations import LOADTEST_RUN_ID
+from ..budget.model import Budget
+from ..charts import (
     BandRow,
     BudgetRow,
     StackPart,
@@ -33,21 +34,21 @@ from spanbudget.collector.charts import (
     stage_bands,
     stage_stack,
 )
-from spanbudget.collector.compare import CompareSettings, Side, compare, render_body
-from spanbudget.collector.compare.sources import SideError, page_verdicts, parse_window
-from spanbudget.collector.context import why
-from spanbudget.collector.durations import parse_since
-from spanbudget.collector.judging.evaluate import Evaluator
-from spanbudget.collector.judging.verdict import Status
-from spanbudget.collector.links import MAX_LIST, jaeger_trace_url
-from spanbudget.collector.loadtest.report_model import Report
-from spanbudget.collector.sinks.store import VerdictStore
-from spanbudget.collector.stats import judge_slo
-from spanbudget.collector.ui.columns import VerdictColumns
-from spanbudget.collector.ui.overview import build_overview
-from spanbudget.collector.ui.run_report import run_report, run_verdicts
-from spanbudget.collector.ui.trace_spans import SpanSource, TraceSpans
-from spanbudget.collector.ui.waterfall import build_waterfall, render_waterfall, window_of
+from ..compare import CompareSettings, Side, compare, render_body
+from ..compare.sources import SideError, page_verdicts, parse_window
+from ..context import why
+from ..durations import parse_since
+from ..judging.evaluate import Evaluator
+from ..judging.verdict import Status
+from ..links import MAX_LIST, jaeger_trace_url
+from ..loadtest.report_model import Report
+from ..sinks.store import VerdictStore
+from ..stats import judge_slo
+from .columns import VerdictColumns
+from .overview import build_overview
+from .run_report import run_report, run_verdicts
+from .trace_spans import SpanSource, TraceSpans
+from .waterfall import build_waterfall, render_waterfall, window_of
 
 __all__ = ["RANGES", "ui_router"]
 

@@ -12,15 +12,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from spanbudget.collector.annotations import LOADTEST_PHASE, LOADTEST_REQUEST_INDEX
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.loadtest.client import RequestRecord
-from spanbudget.collector.loadtest.records import join
-from spanbudget.collector.loadtest.report import build_report
-from spanbudget.collector.loadtest.report_model import Report, RunInfo
-from spanbudget.collector.stats import StageSummary
 from spanbudget.common.semconv import GEN_AI_REQUEST_MODEL
+
+from ..annotations import LOADTEST_PHASE, LOADTEST_REQUEST_INDEX
+from ..budget.model import Budget
+from ..judging.verdict import Status, Verdict
+from ..loadtest.client import RequestRecord
+from ..loadtest.records import join
+from ..loadtest.report import build_report
+from ..loadtest.report_model import Report, RunInfo
+from ..stats import StageSummary
 
 __all__ = ["VerdictPages", "run_report", "run_verdicts"]
 

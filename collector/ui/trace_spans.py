@@ -7,9 +7,10 @@ import logging
 from dataclasses import dataclass
 
 import httpx
-from spanbudget.collector.readers import TraceReadError, parse_traces
-from spanbudget.collector.sinks.span_store import SpanStore
-from spanbudget.collector.spans import Span
+
+from ..readers import TraceReadError, parse_traces
+from ..sinks.span_store import SpanStore
+from ..spans import Span
 
 __all__ = ["SpanSource", "TraceSpans"]
 

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from markupsafe import Markup
-from spanbudget.collector.charts import esc, fmt_ms, nice_ticks, stage_class
-from spanbudget.collector.judging.attribution import Node, assemble
-from spanbudget.collector.judging.evaluate import Evaluator
-from spanbudget.collector.judging.verdict import Verdict
-from spanbudget.collector.spans import AttrValue, Span
+
+from ..charts import esc, fmt_ms, nice_ticks, stage_class
+from ..judging.attribution import Node, assemble
+from ..judging.evaluate import Evaluator
+from ..judging.verdict import Verdict
+from ..spans import AttrValue, Span
 
 __all__ = [
     "Waterfall",

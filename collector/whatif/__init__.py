@@ -6,17 +6,17 @@ after with the one evaluator and sums both sides up, `sources` reads traces from
 or a collector, `render` prints the result.
 """
 
-from spanbudget.collector.whatif.change import StageChange, parse_change, parse_changes
-from spanbudget.collector.whatif.predict import Pair, Side, WhatIf, change_trace, predict
-from spanbudget.collector.whatif.render import blamed_next, render_json, render_table
-from spanbudget.collector.whatif.sources import (
+from .change import StageChange, parse_change, parse_changes
+from .predict import Pair, Side, WhatIf, change_trace, predict
+from .render import blamed_next, render_json, render_table
+from .sources import (
     Source,
     SourceError,
     from_collector_window,
     from_files,
     from_run,
 )
-from spanbudget.collector.whatif.transform import retime
+from .transform import retime
 
 __all__ = [
     "Pair",

@@ -85,8 +85,9 @@ def whatif(
         spanbudget whatif --collector http://127.0.0.1:4318 --since 15m --stage prompt=x0.8
     """
     import httpx
-    from spanbudget.collector.budget.choice import BudgetChoiceError, choose_budget
-    from spanbudget.collector.whatif import (
+
+    from ..budget.choice import BudgetChoiceError, choose_budget
+    from . import (
         SourceError,
         from_collector_window,
         from_files,

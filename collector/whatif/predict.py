@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.judging.evaluate import Evaluator
-from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.spans import Span
-from spanbudget.collector.stats import CONFIDENCE, percentile, wilson_interval
-from spanbudget.collector.whatif.change import StageChange
-from spanbudget.collector.whatif.transform import retime
+from ..budget.model import Budget
+from ..judging.evaluate import Evaluator
+from ..judging.verdict import Status, Verdict
+from ..spans import Span
+from ..stats import CONFIDENCE, percentile, wilson_interval
+from .change import StageChange
+from .transform import retime
 
 __all__ = ["Pair", "Side", "WhatIf", "change_trace", "predict"]
 

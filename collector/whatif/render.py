@@ -8,9 +8,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from spanbudget.collector.budget.model import Budget
-from spanbudget.collector.whatif.predict import TTFT, Side, WhatIf
 from spanbudget.common.terminal import print_wide
+
+from ..budget.model import Budget
+from .predict import TTFT, Side, WhatIf
 
 __all__ = ["blamed_next", "render_json", "render_table"]
 

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import httpx
-from spanbudget.collector.check import read_inputs
-from spanbudget.collector.errors import CollectorError
-from spanbudget.collector.links import MAX_LIST
-from spanbudget.collector.loadtest.files import REQUESTS_CSV, read_results
-from spanbudget.collector.readers import TraceReadError, request_from_json, spans_from_otlp
-from spanbudget.collector.spans import Span, group_by_trace
+
+from ..check import read_inputs
+from ..errors import CollectorError
+from ..links import MAX_LIST
+from ..loadtest.files import REQUESTS_CSV, read_results
+from ..readers import TraceReadError, request_from_json, spans_from_otlp
+from ..spans import Span, group_by_trace
 
 __all__ = ["Source", "SourceError", "from_collector_window", "from_files", "from_run"]
 

@@ -43,13 +43,14 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from spanbudget.collector.budget.model import FirstTokenMark, Selector
-from spanbudget.collector.spans import AttrValue, Span, SpanEvent, seconds_value
 from spanbudget.common.semconv import (
     GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL,
     GEN_AI_LATENCY_TIME_IN_QUEUE,
     GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
 )
+
+from ..budget.model import FirstTokenMark, Selector
+from ..spans import AttrValue, Span, SpanEvent, seconds_value
 
 __all__ = ["retime"]
 

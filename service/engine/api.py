@@ -18,11 +18,12 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from spanbudget.service.engine.api_errors import ApiError, error_response, validation_error
-from spanbudget.service.engine.completions import completions_router
-from spanbudget.service.engine.protocol import model_card, system_fingerprint
-from spanbudget.service.engine.runtime import EngineRuntime
-from spanbudget.service.engine.streaming import StreamDropped, quiet_deliberate_cuts
+
+from .api_errors import ApiError, error_response, validation_error
+from .completions import completions_router
+from .protocol import model_card, system_fingerprint
+from .runtime import EngineRuntime
+from .streaming import StreamDropped, quiet_deliberate_cuts
 
 __all__ = ["StreamDropped", "create_app", "quiet_deliberate_cuts"]
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from spanbudget.service.engine.protocol import ErrorInfo, ErrorResponse, RequestParameterError
-from spanbudget.service.errors import ServiceError
+
+from ..errors import ServiceError
+from .protocol import ErrorInfo, ErrorResponse, RequestParameterError
 
 __all__ = ["ApiError", "error_response", "validation_error"]
 

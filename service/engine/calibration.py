@@ -22,11 +22,12 @@ from spanbudget.common.semconv import (
     GEN_AI_USAGE_PROMPT_TOKENS,
     VLLM_REQUEST_SPAN,
 )
-from spanbudget.service.engine.gpu_profile import FITTED, GpuProfile
-from spanbudget.service.engine.model_arch import ModelArch
-from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
-from spanbudget.service.engine.presets import compose_preset
-from spanbudget.service.errors import ServiceError
+
+from ..errors import ServiceError
+from .gpu_profile import FITTED, GpuProfile
+from .model_arch import ModelArch
+from .perf_model import BatchEntry, PerfModel
+from .presets import compose_preset
 
 __all__ = [
     "KINDS",

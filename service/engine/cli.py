@@ -133,11 +133,11 @@ def engine(
     if ctx.invoked_subcommand is not None:
         return
     exit_unless_installed("engine")
-    from spanbudget.service.engine.faults import FaultError
-    from spanbudget.service.engine.gpu_profile import ProfileError
-    from spanbudget.service.engine.model_arch import ModelConfigError
-    from spanbudget.service.engine.presets import PresetError, preset_parameters
-    from spanbudget.service.engine.settings import EngineSettings
+    from .faults import FaultError
+    from .gpu_profile import ProfileError
+    from .model_arch import ModelConfigError
+    from .presets import PresetError, preset_parameters
+    from .settings import EngineSettings
 
     overrides = {
         name: value
@@ -185,8 +185,9 @@ def engine(
 def _print_presets() -> None:
     from rich.table import Table
     from spanbudget.common.terminal import make_console, print_wide
-    from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
-    from spanbudget.service.engine.presets import DEFAULT_PRESET, PRESETS
+
+    from .perf_model import BatchEntry, PerfModel
+    from .presets import DEFAULT_PRESET, PRESETS
 
     table = Table(title="engine emulator presets (modelled)")
     columns = ("preset", "deployment", "prefill 500 tok ms", "decode step b=1 ms", "KV tokens")
@@ -212,7 +213,7 @@ engine_app.callback(invoke_without_command=True)(engine)
 
 
 def _register() -> None:
-    from spanbudget.service.engine.model_cli import predict
+    from .model_cli import predict
 
     engine_app.command()(predict)  # `calibrate` reads traces: registered by spanbudget/cli.py
 
@@ -227,13 +228,14 @@ def _serve(settings: Any, preset: Any) -> None:
 
     from prometheus_client import CollectorRegistry
     from spanbudget.common.serving import serve
-    from spanbudget.service.engine.api import create_app, quiet_deliberate_cuts
-    from spanbudget.service.engine.faults import TroubleMaker
-    from spanbudget.service.engine.generation import OutputPlanner
-    from spanbudget.service.engine.runtime import EngineRuntime
-    from spanbudget.service.engine.tracing import RequestTracer
-    from spanbudget.service.tokens import load_tokenizer
-    from spanbudget.service.tracers import engine_tracer_provider
+
+    from ..tokens import load_tokenizer
+    from ..tracers import engine_tracer_provider
+    from .api import create_app, quiet_deliberate_cuts
+    from .faults import TroubleMaker
+    from .generation import OutputPlanner
+    from .runtime import EngineRuntime
+    from .tracing import RequestTracer
 
     log = logging.getLogger("spanbudget.engine")
     provider = engine_tracer_provider()

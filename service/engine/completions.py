@@ -16,11 +16,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
-from spanbudget.service.engine.api_errors import ApiError
-from spanbudget.service.engine.engine_loop import EngineDead
-from spanbudget.service.engine.faults import DELAY_HEADER, engine_delays
-from spanbudget.service.engine.generation import render_chat_prompt
-from spanbudget.service.engine.protocol import (
+
+from .api_errors import ApiError
+from .engine_loop import EngineDead
+from .faults import DELAY_HEADER, engine_delays
+from .generation import render_chat_prompt
+from .protocol import (
     ChatChoice,
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -38,15 +39,15 @@ from spanbudget.service.engine.protocol import (
     sse_event,
     usage,
 )
-from spanbudget.service.engine.runtime import (
+from .runtime import (
     ArrivalTime,
     EngineRuntime,
     PreparedRequest,
     PromptTooLong,
     RequestStream,
 )
-from spanbudget.service.engine.streaming import collect_tokens, stream_tokens
-from spanbudget.service.engine.tracing import RequestSpanInfo, trace_headers
+from .streaming import collect_tokens, stream_tokens
+from .tracing import RequestSpanInfo, trace_headers
 
 __all__ = ["ChatCompletions", "Completions", "completions_router"]
 

@@ -20,8 +20,8 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
-from spanbudget.service.engine.core_priority import CorePriority
-from spanbudget.service.engine.engine_loop import (
+from .core_priority import CorePriority
+from .engine_loop import (
     EngineDead,
     EngineLoop,
     StallSource,
@@ -29,9 +29,9 @@ from spanbudget.service.engine.engine_loop import (
     StepRecord,
     TokenSink,
 )
-from spanbudget.service.engine.perf_model import PerfModel
-from spanbudget.service.engine.presets import Preset
-from spanbudget.service.engine.scheduler import Scheduler, SchedulerStats, Sequence, TokenEvent
+from .perf_model import PerfModel
+from .presets import Preset
+from .scheduler import Scheduler, SchedulerStats, Sequence, TokenEvent
 
 __all__ = ["ProcessEngineLoop"]
 

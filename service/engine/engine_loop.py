@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from spanbudget.service.engine.core_priority import CorePriority, request_core_priority
-from spanbudget.service.engine.scheduler import Scheduler, SchedulerStats, Sequence, TokenEvent
-from spanbudget.service.errors import ServiceError
+from ..errors import ServiceError
+from .core_priority import CorePriority, request_core_priority
+from .scheduler import Scheduler, SchedulerStats, Sequence, TokenEvent
 
 __all__ = [
     "EngineDead",

@@ -12,8 +12,8 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from spanbudget.service.errors import ServiceError
-from spanbudget.service.faults import DELAY_HEADER, parse_delay_header
+from ..errors import ServiceError
+from ..faults import DELAY_HEADER, parse_delay_header
 
 __all__ = [
     "DELAY_HEADER",

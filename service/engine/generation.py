@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spanbudget.service.tokens import TokenCounter
+from ..tokens import TokenCounter
 
 __all__ = ["OutputPlan", "OutputPlanner", "render_chat_prompt"]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spanbudget.service.errors import ServiceError
+from ..errors import ServiceError
 
 __all__ = ["FITTED", "GpuProfile", "ProfileError", "load_profile", "save_profile"]
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from spanbudget.service.engine.engine_loop import StepRecord
-from spanbudget.service.engine.scheduler import RequestTimings, SchedulerStats
+
+from .engine_loop import StepRecord
+from .scheduler import RequestTimings, SchedulerStats
 
 __all__ = ["EngineMetrics"]
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spanbudget.service.errors import ServiceError
+from ..errors import ServiceError
 
 __all__ = ["ModelArch", "ModelConfigError", "load_model_config"]
 

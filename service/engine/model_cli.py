@@ -21,13 +21,13 @@ __all__ = ["calibrate_command", "predict"]
 
 
 def _profile(spec: str) -> Any:
-    from spanbudget.service.engine.profiles import resolve_gpu_profile
+    from .profiles import resolve_gpu_profile
 
     return resolve_gpu_profile(spec)
 
 
 def _arch(spec: str) -> Any:
-    from spanbudget.service.engine.profiles import resolve_model_arch
+    from .profiles import resolve_model_arch
 
     return resolve_model_arch(spec)
 
@@ -81,10 +81,10 @@ def predict(
 
         spanbudget engine predict --decode 16x2048 --gpu-profile h100 --model-config config.json
     """
-    from spanbudget.service.engine.gpu_profile import ProfileError
-    from spanbudget.service.engine.model_arch import ModelConfigError
-    from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
-    from spanbudget.service.engine.presets import PresetError, compose_preset, get_preset
+    from .gpu_profile import ProfileError
+    from .model_arch import ModelConfigError
+    from .perf_model import BatchEntry, PerfModel
+    from .presets import PresetError, compose_preset, get_preset
 
     batches = [_pair(spec, "--batch") for spec in batch or ()]
     decodes = [_pair(spec, "--decode") for spec in decode or ()]
@@ -219,7 +219,7 @@ def calibrate_command(
             spanbudget engine calibrate --jaeger-url http://127.0.0.1:16686 --service vllm \\
                 --model-config config.json --out mine.json
         """
-        from spanbudget.service.engine.calibration import (
+        from .calibration import (
             SPAN_FITTED,
             CalibrationError,
             fit_profile,
@@ -227,8 +227,8 @@ def calibrate_command(
             points_from_spans,
             points_from_step_table,
         )
-        from spanbudget.service.engine.gpu_profile import FITTED, ProfileError, save_profile
-        from spanbudget.service.engine.model_arch import ModelConfigError
+        from .gpu_profile import FITTED, ProfileError, save_profile
+        from .model_arch import ModelConfigError
 
         if not files and jaeger_url is None:
             raise usage_error("give step-time tables or trace files, or --jaeger-url")

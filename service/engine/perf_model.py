@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from spanbudget.service.engine.presets import Preset
+from .presets import Preset
 
 __all__ = ["KNEE", "BatchEntry", "PerfModel", "StepCost", "soft_max"]
 

@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from spanbudget.service.engine.gpu_profile import GpuProfile
-from spanbudget.service.engine.model_arch import ModelArch
-from spanbudget.service.errors import ServiceError
+from ..errors import ServiceError
+from .gpu_profile import GpuProfile
+from .model_arch import ModelArch
 
 __all__ = [
     "DEFAULT_PRESET",
@@ -223,7 +223,7 @@ def compose_preset(
 # batched tokens and 1,024 sequences on GPUs with >= 70 GiB, 2,048 and 256 below that.
 # The fit error is against the H200 fixture's kernel times (docs/engine-calibration.md).
 def _presets() -> dict[str, Preset]:
-    from spanbudget.service.engine.profiles import get_gpu_profile, get_model_arch
+    from .profiles import get_gpu_profile, get_model_arch
 
     qwen3_8b = get_model_arch("Qwen/Qwen3-8B")
     qwen3_32b = get_model_arch("Qwen/Qwen3-32B")

@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from spanbudget.service.engine.gpu_profile import GpuProfile
-from spanbudget.service.engine.model_arch import ModelArch
+from .gpu_profile import GpuProfile
+from .model_arch import ModelArch
 
 __all__ = [
     "GPU_PROFILES",
@@ -155,7 +155,7 @@ MODEL_CONFIGS: dict[str, dict[str, Any]] = {
 
 
 def get_gpu_profile(name: str) -> GpuProfile:
-    from spanbudget.service.engine.gpu_profile import ProfileError
+    from .gpu_profile import ProfileError
 
     try:
         return GPU_PROFILES[name]
@@ -172,7 +172,7 @@ def resolve_gpu_profile(spec: str) -> GpuProfile:
     """A shipped profile's name (h200), or a profile file."""
     from pathlib import Path
 
-    from spanbudget.service.engine.gpu_profile import load_profile
+    from .gpu_profile import load_profile
 
     if spec in GPU_PROFILES or not (Path(spec).exists() or Path(spec).suffix):
         return get_gpu_profile(spec)
@@ -183,7 +183,7 @@ def resolve_model_arch(spec: str) -> ModelArch:
     """A shipped model config's name (Qwen/Qwen3-8B), or a config.json."""
     from pathlib import Path
 
-    from spanbudget.service.engine.model_arch import load_model_config
+    from .model_arch import load_model_config
 
     if spec in MODEL_CONFIGS:
         return get_model_arch(spec)

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from spanbudget.service.errors import ServiceError
+
+from ..errors import ServiceError
 
 __all__ = [
     "SSE_DONE",

@@ -15,22 +15,23 @@ from dataclasses import dataclass
 from typing import Literal
 
 from prometheus_client import CollectorRegistry
-from spanbudget.service.engine.core_priority import CorePriority
-from spanbudget.service.engine.core_process import ProcessEngineLoop
-from spanbudget.service.engine.engine_loop import (
+
+from ..errors import ServiceError
+from .core_priority import CorePriority
+from .core_process import ProcessEngineLoop
+from .engine_loop import (
     EngineDead,
     EngineLoop,
     StallSource,
     no_stall,
 )
-from spanbudget.service.engine.faults import RequestFaults, TroubleMaker
-from spanbudget.service.engine.generation import OutputPlan, OutputPlanner
-from spanbudget.service.engine.metrics import EngineMetrics
-from spanbudget.service.engine.perf_model import PerfModel
-from spanbudget.service.engine.presets import Preset
-from spanbudget.service.engine.scheduler import RequestTimings, Scheduler, Sequence, TokenEvent
-from spanbudget.service.engine.tracing import RequestSpanInfo, RequestTracer, phase_spans
-from spanbudget.service.errors import ServiceError
+from .faults import RequestFaults, TroubleMaker
+from .generation import OutputPlan, OutputPlanner
+from .metrics import EngineMetrics
+from .perf_model import PerfModel
+from .presets import Preset
+from .scheduler import RequestTimings, Scheduler, Sequence, TokenEvent
+from .tracing import RequestSpanInfo, RequestTracer, phase_spans
 
 __all__ = ["ArrivalTime", "EngineRuntime", "PreparedRequest", "PromptTooLong", "RequestStream"]
 

@@ -12,7 +12,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from spanbudget.service.engine.perf_model import BatchEntry, PerfModel
+from .perf_model import BatchEntry, PerfModel
 
 __all__ = ["RequestTimings", "Scheduler", "SchedulerStats", "Sequence", "Step", "TokenEvent"]
 

@@ -7,9 +7,10 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from spanbudget.common.serving import parse_listen
-from spanbudget.service.engine.faults import StallSchedule, parse_stall
-from spanbudget.service.engine.presets import DEFAULT_PRESET, Preset, get_preset
-from spanbudget.service.tokens import DEFAULT_TOKENIZER
+
+from ..tokens import DEFAULT_TOKENIZER
+from .faults import StallSchedule, parse_stall
+from .presets import DEFAULT_PRESET, Preset, get_preset
 
 __all__ = ["EngineSettings"]
 
@@ -51,7 +52,7 @@ class EngineSettings(BaseSettings):
         preset = get_preset(self.preset)
         if self.gpu_profile is None and self.model_config_file is None:
             return preset
-        from spanbudget.service.engine.profiles import resolve_gpu_profile, resolve_model_arch
+        from .profiles import resolve_gpu_profile, resolve_model_arch
 
         profile = resolve_gpu_profile(self.gpu_profile) if self.gpu_profile else None
         arch = resolve_model_arch(self.model_config_file) if self.model_config_file else None

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from spanbudget.service.engine.perf_model import PerfModel
-from spanbudget.service.engine.presets import Preset
-from spanbudget.service.engine.scheduler import RequestTimings, Scheduler, Sequence, Step
+from .perf_model import PerfModel
+from .presets import Preset
+from .scheduler import RequestTimings, Scheduler, Sequence, Step
 
 __all__ = ["Arrival", "SimulationResult", "simulate"]
 

@@ -13,12 +13,13 @@ from collections.abc import AsyncIterator, Callable
 
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
-from spanbudget.service.engine.api_errors import ApiError
-from spanbudget.service.engine.engine_loop import EngineDead
-from spanbudget.service.engine.protocol import SSE_DONE, TokenChunkEncoder
-from spanbudget.service.engine.runtime import RequestStream
-from spanbudget.service.errors import ServiceError
 from starlette.types import Receive, Scope, Send
+
+from ..errors import ServiceError
+from .api_errors import ApiError
+from .engine_loop import EngineDead
+from .protocol import SSE_DONE, TokenChunkEncoder
+from .runtime import RequestStream
 
 __all__ = ["StreamDropped", "collect_tokens", "quiet_deliberate_cuts", "stream_tokens"]
 

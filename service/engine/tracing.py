@@ -30,7 +30,8 @@ from spanbudget.common.semconv import (
     GEN_AI_USAGE_PROMPT_TOKENS,
     VLLM_REQUEST_SPAN,
 )
-from spanbudget.service.engine.scheduler import RequestTimings, Sequence
+
+from .scheduler import RequestTimings, Sequence
 
 __all__ = [
     "PHASE_SPANS",

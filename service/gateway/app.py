@@ -20,24 +20,25 @@ from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 from prometheus_client.exposition import choose_encoder
 from spanbudget.common import semconv
 from spanbudget.common.serving import BodyAborted, BodyTimeout, BodyTooLarge, read_body
-from spanbudget.service import attributes as names
-from spanbudget.service.embedding import EmbeddingUnavailable
-from spanbudget.service.faults import DELAY_HEADER, FaultPlan
-from spanbudget.service.gateway.auth import Authenticator, AuthError
-from spanbudget.service.gateway.metrics import GatewayMetrics, MetricsMiddleware
-from spanbudget.service.gateway.ratelimit import TokenBucketLimiter
-from spanbudget.service.gateway.schemas import (
+from starlette.types import Receive, Scope, Send
+
+from .. import attributes as names
+from ..embedding import EmbeddingUnavailable
+from ..faults import DELAY_HEADER, FaultPlan
+from ..llm_client import ChatStream, LLMClient, UpstreamError
+from ..prompt import PromptBuilder
+from ..retrieval import Retriever
+from ..settings import Settings
+from ..vectorstore import StoreError
+from .auth import Authenticator, AuthError
+from .metrics import GatewayMetrics, MetricsMiddleware
+from .ratelimit import TokenBucketLimiter
+from .schemas import (
     ChatRequest,
     GatewayError,
     error_body,
     parse_chat_request,
 )
-from spanbudget.service.llm_client import ChatStream, LLMClient, UpstreamError
-from spanbudget.service.prompt import PromptBuilder
-from spanbudget.service.retrieval import Retriever
-from spanbudget.service.settings import Settings
-from spanbudget.service.vectorstore import StoreError
-from starlette.types import Receive, Scope, Send
 
 __all__ = ["create_app"]
 

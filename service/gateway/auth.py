@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import jwt
-from spanbudget.service.errors import ServiceError
+
+from ..errors import ServiceError
 
 __all__ = ["AuthError", "Authenticator", "Principal", "key_id"]
 

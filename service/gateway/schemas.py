@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from spanbudget.service.errors import ServiceError
+
+from ..errors import ServiceError
 
 __all__ = ["ChatMessage", "ChatRequest", "GatewayError", "error_body", "parse_chat_request"]
 

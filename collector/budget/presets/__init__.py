@@ -11,7 +11,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from spanbudget.collector.errors import CollectorError
+from ...errors import CollectorError
 
 __all__ = ["UnknownPresetError", "preset_names", "preset_path"]
 
