@@ -16,17 +16,17 @@ from typing import Annotated
 import typer
 from spanbudget.collector.cli import budget_app, check, report
 from spanbudget.collector.compare.cli import compare
-from spanbudget.collector.durations import parse_duration
 from spanbudget.collector.live.cli import collect
 from spanbudget.collector.loadtest.cli import loadtest
 from spanbudget.collector.readers import TraceReadError, read_jaeger_api, read_traces
 from spanbudget.collector.spans import Span
 from spanbudget.collector.whatif.cli import whatif
+from spanbudget.common.durations import parse_duration
 from spanbudget.common.extras import exit_unless_installed
 from spanbudget.common.terminal import HELP_WIDTH, make_console, print_error
 from spanbudget.service.cli import ingest, serve
 from spanbudget.service.engine.cli import engine_app
-from spanbudget.service.engine.model_cli import calibrate_command
+from spanbudget.service.engine.model_cli import SpanSources, calibrate_command
 
 __all__ = ["app", "main"]
 
@@ -77,7 +77,7 @@ def _jaeger_spans(url: str, service: str, since: str) -> list[Span]:
 
 # The engine's `calibrate` reads traces with the collector's readers: joined here.
 engine_app.command("calibrate")(
-    calibrate_command(read_traces, _jaeger_spans, (TraceReadError, ValueError))
+    calibrate_command(SpanSources(read_traces, _jaeger_spans, (TraceReadError, ValueError)))
 )
 app.add_typer(engine_app, name="engine")
 app.add_typer(budget_app, name="budget")
@@ -145,7 +145,7 @@ def demo(
         spanbudget demo --disaggregated
     """
     exit_unless_installed("demo")
-    from spanbudget.collector.durations import parse_duration
+    from spanbudget.common.durations import parse_duration
 
     from .demo import DemoSettings, run_demo
 

@@ -16,22 +16,26 @@ from spanbudget.common.commands import OutputFormat, usage_error
 from spanbudget.common.terminal import make_console, print_error, print_notices
 
 from .check import FailOn
+from .options import (
+    BUDGET_HELP,
+    DEFAULT_JAEGER_LIMIT,
+    BudgetOption,
+    FormatOption,
+    JaegerLimitOption,
+    JaegerServiceOption,
+    JaegerSinceOption,
+    JaegerUrlOption,
+    PresetOption,
+    TracePaths,
+)
 
-DEFAULT_JAEGER_LIMIT = 100  # traces read from Jaeger when --limit is not given
 DEFAULT_ROWS = 20  # traces `check`'s table shows, worst first
 
 if TYPE_CHECKING:
     from .budget.loader import LoadedBudget
     from .check import Inputs
 
-__all__ = ["BUDGET_HELP", "OutputFormat", "budget_app", "check", "init", "report", "suggest"]
-
-BUDGET_HELP = "The allocation table (default ./budget.yaml, else the packaged one)."
-PRESET_HELP = (
-    "Judge against a packaged preset instead of a budget file: genai, openlit, openllmetry, "
-    "openinference, vllm, vllm-v0."
-)
-PATHS_HELP = "Trace files (OTLP JSON/JSONL/protobuf, Jaeger JSON), folders, or - for stdin."
+__all__ = ["OutputFormat", "budget_app", "check", "init", "report", "suggest"]
 
 budget_app = typer.Typer(
     help="The allocation table: write the default to edit, or propose one from traces.",
@@ -48,8 +52,9 @@ def _read_inputs(
 ) -> Inputs:
     """Spans from files (`-`: stdin) or from Jaeger's API. Usage errors and an unreadable
     Jaeger exit 2 here; each file that cannot be read is one of `Inputs.problems`."""
+    from spanbudget.common.durations import parse_duration
+
     from .check import Inputs, read_inputs
-    from .durations import parse_duration
     from .readers import TraceReadError, read_jaeger_api
 
     if (jaeger_url is None) == (not paths):
@@ -83,27 +88,17 @@ def _load(budget: Path | None, preset: str | None) -> LoadedBudget:
 
 
 def check(
-    paths: Annotated[list[Path] | None, typer.Argument(help=PATHS_HELP)] = None,
-    budget: Annotated[Path | None, typer.Option(help=BUDGET_HELP)] = None,
-    preset: Annotated[str | None, typer.Option(help=PRESET_HELP)] = None,
-    output: Annotated[
-        OutputFormat, typer.Option("--format", help="A table for people, JSON for programs.")
-    ] = OutputFormat.TABLE,
+    paths: TracePaths = None,
+    budget: BudgetOption = None,
+    preset: PresetOption = None,
+    output: FormatOption = OutputFormat.TABLE,
     fail_on: Annotated[
         FailOn, typer.Option(help="Exit 1 when a trace is at or above this status.")
     ] = FailOn.OVERRUN,
-    jaeger_url: Annotated[
-        str | None,
-        typer.Option(
-            help="Read traces from Jaeger instead of files: its query address (API v3), or"
-            " that address with /api/traces (the API of Jaeger's UI)."
-        ),
-    ] = None,
-    service: Annotated[str | None, typer.Option(help="With --jaeger-url: the service.")] = None,
-    since: Annotated[str, typer.Option(help="With --jaeger-url: how far back.")] = "15m",
-    limit: Annotated[
-        int, typer.Option(min=1, help="With --jaeger-url: at most this many traces.")
-    ] = DEFAULT_JAEGER_LIMIT,
+    jaeger_url: JaegerUrlOption = None,
+    service: JaegerServiceOption = None,
+    since: JaegerSinceOption = "15m",
+    limit: JaegerLimitOption = DEFAULT_JAEGER_LIMIT,
     allow_empty: Annotated[
         bool, typer.Option("--allow-empty", help="Exit 0, not 2, when no trace was judged.")
     ] = False,
@@ -210,7 +205,7 @@ def init(
 
 @budget_app.command()
 def suggest(
-    paths: Annotated[list[Path] | None, typer.Argument(help=PATHS_HELP)] = None,
+    paths: TracePaths = None,
     objective: Annotated[
         float,
         typer.Option(help="The SLO objective: limits are this percentile of what was observed."),
@@ -223,18 +218,10 @@ def suggest(
         Path | None,
         typer.Option(help="Take the stages from this budget file (not looked for in ./)."),
     ] = None,
-    jaeger_url: Annotated[
-        str | None,
-        typer.Option(
-            help="Read traces from Jaeger instead of files: its query address (API v3), or"
-            " that address with /api/traces (the API of Jaeger's UI)."
-        ),
-    ] = None,
-    service: Annotated[str | None, typer.Option(help="With --jaeger-url: the service.")] = None,
-    since: Annotated[str, typer.Option(help="With --jaeger-url: how far back.")] = "15m",
-    limit: Annotated[
-        int, typer.Option(min=1, help="With --jaeger-url: at most this many traces.")
-    ] = DEFAULT_JAEGER_LIMIT,
+    jaeger_url: JaegerUrlOption = None,
+    service: JaegerServiceOption = None,
+    since: JaegerSinceOption = "15m",
+    limit: JaegerLimitOption = DEFAULT_JAEGER_LIMIT,
     force: Annotated[
         bool,
         typer.Option("--force", help="Suggest from fewer than 100 judged traces anyway."),

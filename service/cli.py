@@ -30,6 +30,18 @@ def _settings(**overrides: Any) -> Any:
         raise typer.BadParameter(problems) from None
 
 
+def _seconds(option: str, text: str | None) -> float | None:
+    """A duration option (`10s`, `500ms`) in seconds; None when not given."""
+    from spanbudget.common.durations import parse_duration
+
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
+
+
 def serve(
     listen: Annotated[str | None, typer.Option(help="host:port to listen on.")] = None,
     llm_base_url: Annotated[
@@ -41,6 +53,22 @@ def serve(
     faults: Annotated[
         bool, typer.Option("--faults", help="Honour the x-spanbudget-delay header.")
     ] = False,
+    header_timeout: Annotated[
+        str | None,
+        typer.Option(
+            help="Close a connection whose request line and headers are not all in within"
+            " this long (from its start, or from the previous response).",
+            show_default="10s",
+        ),
+    ] = None,
+    body_timeout: Annotated[
+        str | None,
+        typer.Option(
+            help="Answer 408 to a request whose body is not all in within this long once"
+            " its headers are.",
+            show_default="30s",
+        ),
+    ] = None,
 ) -> None:
     """Run the RAG gateway: OpenAI-compatible /v1/chat/completions with retrieval.
 
@@ -63,7 +91,12 @@ def serve(
     )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     settings = _settings(
-        listen=listen, llm_base_url=llm_base_url, data_dir=data_dir, faults=faults or None
+        listen=listen,
+        llm_base_url=llm_base_url,
+        data_dir=data_dir,
+        faults=faults or None,
+        header_timeout_seconds=_seconds("--header-timeout", header_timeout),
+        body_timeout_seconds=_seconds("--body-timeout", body_timeout),
     )
     provider = build_tracer_provider(GATEWAY_SERVICE_NAME)
     with contextlib.ExitStack() as cleanup:  # undone in reverse: store, model, spans
@@ -87,7 +120,9 @@ def serve(
             "on" if settings.faults else "off",
         )
         # No access log: a line per request is CPU the request path pays for.
-        started = serve_app(app, settings.listen, log_level="info")
+        started = serve_app(
+            app, settings.listen, log_level="info", header_timeout=settings.header_timeout_seconds
+        )
     if not started:  # uvicorn said why (the port taken, say)
         raise typer.Exit(1)
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from spanbudget.common.serving import parse_listen
+from spanbudget.common.serving import BODY_TIMEOUT_SECONDS, HEADER_TIMEOUT_SECONDS, parse_listen
 
 from .embedding import Runtime
 from .tokens import DEFAULT_TOKENIZER
@@ -102,6 +102,10 @@ class Settings(BaseSettings):
     rate_limit_per_second: float = Field(50.0, gt=0)
     rate_limit_burst: int = Field(100, ge=1)
     max_body_bytes: int = Field(1_000_000, ge=1)
+    # Slow clients: a connection whose request line and headers are not in within this long
+    # is closed; a body not in within this long once its headers are is answered 408.
+    header_timeout_seconds: float = Field(HEADER_TIMEOUT_SECONDS, gt=0)
+    body_timeout_seconds: float = Field(BODY_TIMEOUT_SECONDS, gt=0)
     faults: bool = False
 
     _split = field_validator("api_keys", "jwt_algorithms", mode="before")(_split_csv)

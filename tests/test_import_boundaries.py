@@ -45,7 +45,7 @@ def _lint_imports(root: Path, config: Path) -> subprocess.CompletedProcess[str]:
     """import-linter over the package found in `root`, with `config`'s contracts."""
     lint = Path(sys.executable).with_name("lint-imports")  # import-linter's command
     return subprocess.run(
-        [str(lint), "--config", str(config), "--no-cache"],
+        [str(lint), str(config), "--no-cache"],
         env={**os.environ, "PYTHONPATH": str(root)},
         cwd=root,
         capture_output=True,

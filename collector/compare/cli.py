@@ -10,6 +10,8 @@ import typer
 from spanbudget.common.commands import OutputFormat, usage_error
 from spanbudget.common.terminal import make_console, print_notices
 
+from ..options import FormatOption
+
 if TYPE_CHECKING:
     from ..budget.model import Budget
     from .samples import Side
@@ -83,9 +85,7 @@ def compare(
             "or STAGE.slower; STAGE a stage, ttft or any. E.g. retrieval.p95>+10%."
         ),
     ] = None,
-    output: Annotated[
-        OutputFormat, typer.Option("--format", help="A table for people, JSON for programs.")
-    ] = OutputFormat.TABLE,
+    output: FormatOption = OutputFormat.TABLE,
     html: Annotated[
         Path | None, typer.Option(help="Also write a page with both distributions per stage.")
     ] = None,

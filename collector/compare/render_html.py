@@ -83,18 +83,26 @@ def _stylesheet() -> Markup:
     return Markup(text.read_text(encoding="utf-8"))
 
 
-def render_html(comparison: Comparison, findings: Sequence[Finding] = ()) -> str:
+def _render(
+    template: str, comparison: Comparison, findings: Sequence[Finding], **context: object
+) -> str:
+    """`template` over the comparison, its per-stage figures and the rules' findings."""
     return (
         environment()
-        .get_template("compare.html")
+        .get_template(template)
         .render(
             c=comparison,
             figures=stage_figures(comparison),
             findings=list(findings),
-            stylesheet=_stylesheet(),
-            links=None,
-            short={},
+            **context,
         )
+    )
+
+
+def render_html(comparison: Comparison, findings: Sequence[Finding] = ()) -> str:
+    """The whole page, its stylesheet inlined: one file to keep beside a run."""
+    return _render(
+        "compare.html", comparison, findings, stylesheet=_stylesheet(), links=None, short={}
     )
 
 
@@ -115,15 +123,11 @@ def render_body(
 ) -> Markup:
     """The comparison without its page, for the web UI's compare view; with `trace_url`
     (`/traces/`), each stage lists each side's slowest traces, linked there."""
-    html = (
-        environment()
-        .get_template("body.html")
-        .render(
-            c=comparison,
-            figures=stage_figures(comparison),
-            findings=list(findings),
-            links=trace_url or None,
-            short=_short_ids(comparison),
-        )
+    html = _render(
+        "body.html",
+        comparison,
+        findings,
+        links=trace_url or None,
+        short=_short_ids(comparison),
     )
     return Markup(html)

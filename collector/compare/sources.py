@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from spanbudget.common.durations import parse_since
 
 from ..budget.model import Budget
 from ..check import evaluate_spans, read_inputs
-from ..durations import parse_since
 from ..errors import CollectorError
 from ..judging.verdict import Verdict
 from ..links import MAX_LIST

@@ -19,11 +19,11 @@ from typing import Annotated, Any
 from fastapi import FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
+from spanbudget.common.durations import parse_since
 
 from ..alerts.engine import AlertEngine, RuleState
 from ..budget.model import Budget
 from ..core.metrics import render
-from ..durations import parse_since
 from ..intake.http import otlp_router
 from ..intake.receiver import Intake
 from ..judging.verdict import Status

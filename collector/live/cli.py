@@ -123,6 +123,22 @@ def collect(
         int | None,
         typer.Option(help="Largest request body, after decompression.", show_default="8 MiB"),
     ] = None,
+    header_timeout: Annotated[
+        str | None,
+        typer.Option(
+            help="Close a connection whose request line and headers are not all in within"
+            " this long (from its start, or from the previous response).",
+            show_default="10s",
+        ),
+    ] = None,
+    body_timeout: Annotated[
+        str | None,
+        typer.Option(
+            help="Answer 408 to an upload whose body is not all in within this long once its"
+            " headers are (a slow sender holds a connection no longer).",
+            show_default="30s",
+        ),
+    ] = None,
     retention: Annotated[
         str | None, typer.Option(help="Keep verdicts this long.", show_default="7d")
     ] = None,
@@ -147,8 +163,8 @@ def collect(
         spanbudget collect --pull-jaeger http://127.0.0.1:16686 --pull-service rag-gateway
     """
     from pydantic import ValidationError
+    from spanbudget.common.durations import parse_duration
 
-    from ..durations import parse_duration
     from .settings import CollectorSettings
 
     logging.basicConfig(
@@ -179,6 +195,8 @@ def collect(
             ("decision_wait_seconds", decision_wait),
             ("max_trace_age_seconds", max_trace_age),
             ("retention_seconds", retention),
+            ("header_timeout_seconds", header_timeout),
+            ("body_timeout_seconds", body_timeout),
         ):
             options[key] = None if text is None else parse_duration(text)
         given = {k: v for k, v in options.items() if v is not None}
@@ -202,6 +220,8 @@ _FLAGS = {
     "decision_wait_seconds": "--decision-wait",
     "max_trace_age_seconds": "--max-trace-age",
     "retention_seconds": "--retention",
+    "header_timeout_seconds": "--header-timeout",
+    "body_timeout_seconds": "--body-timeout",
 }
 
 

@@ -9,6 +9,7 @@ import typer
 from spanbudget.common.commands import usage_error
 from spanbudget.common.terminal import make_console, print_error
 
+from ..options import BudgetOption
 from .schedule import Arrival
 
 __all__ = ["loadtest"]
@@ -46,10 +47,7 @@ def loadtest(
             "it, and spans go there unless OTEL_EXPORTER_OTLP_TRACES_ENDPOINT routes them."
         ),
     ] = None,
-    budget: Annotated[
-        Path | None,
-        typer.Option(help="The allocation table (default ./budget.yaml, else the packaged one)."),
-    ] = None,
+    budget: BudgetOption = None,
     arrival: Annotated[Arrival, typer.Option(help="Gaps between requests.")] = Arrival.POISSON,
     max_concurrency: Annotated[int, typer.Option(help="Requests in flight at most.")] = 256,
     prompts: Annotated[
@@ -95,9 +93,10 @@ def loadtest(
 
         spanbudget loadtest --target http://127.0.0.1:8080 --delay retrieval=15 --out runs/slow
     """
+    from spanbudget.common.durations import parse_duration
+
     from ..budget.loader import BudgetError, load_budget
     from ..budget.source import find_budget
-    from ..durations import parse_duration
     from .client import parse_delay
     from .run import (
         EXIT_FAILED,

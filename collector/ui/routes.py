@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
+from spanbudget.common.durations import parse_since
 
 from ..alerts.engine import AlertEngine
 from ..annotations import LOADTEST_RUN_ID
@@ -37,7 +38,6 @@ from ..charts import (
 from ..compare import CompareSettings, Side, compare, render_body
 from ..compare.sources import SideError, page_verdicts, parse_window
 from ..context import why
-from ..durations import parse_since
 from ..judging.evaluate import Evaluator
 from ..judging.verdict import Status
 from ..links import MAX_LIST, jaeger_trace_url

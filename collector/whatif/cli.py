@@ -12,6 +12,8 @@ import typer
 from spanbudget.common.commands import OutputFormat, usage_error
 from spanbudget.common.terminal import make_console, print_error, print_notices
 
+from ..options import BudgetOption, FormatOption, PresetOption
+
 __all__ = ["whatif"]
 
 
@@ -50,17 +52,9 @@ def whatif(
             envvar="SPANBUDGET_API_TOKEN", help="The collector's API token, if it asks for one."
         ),
     ] = None,
-    budget: Annotated[
-        Path | None,
-        typer.Option(help="The allocation table (default ./budget.yaml, else the packaged one)."),
-    ] = None,
-    preset: Annotated[
-        str | None,
-        typer.Option(help="Judge against a packaged preset instead of a budget file."),
-    ] = None,
-    output: Annotated[
-        OutputFormat, typer.Option("--format", help="A table for people, JSON for programs.")
-    ] = OutputFormat.TABLE,
+    budget: BudgetOption = None,
+    preset: PresetOption = None,
+    output: FormatOption = OutputFormat.TABLE,
 ) -> None:
     """Scale or shift stages in real traces and judge them again: what if a stage were faster?
 

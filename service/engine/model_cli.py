@@ -17,7 +17,7 @@ import typer
 from spanbudget.common.commands import OutputFormat, usage_error
 from spanbudget.common.terminal import make_console, print_wide
 
-__all__ = ["calibrate_command", "predict"]
+__all__ = ["JaegerQuery", "SpanSources", "calibrate_command", "fit_from", "predict"]
 
 
 def _profile(spec: str) -> Any:
@@ -159,13 +159,101 @@ TraceReader = Callable[[Path], Sequence[Any]]
 JaegerReader = Callable[[str, str, str], Sequence[Any]]
 
 
-def calibrate_command(
-    read_traces: TraceReader, read_jaeger: JaegerReader, read_errors: tuple[type[Exception], ...]
-) -> Callable[..., None]:
-    """The `calibrate` command, reading trace files with `read_traces` and a Jaeger with
-    `read_jaeger` (spans with a name, trace_id, start_ns and attributes); `read_errors` are
-    their one-line failures. The composition root (spanbudget/cli.py) gives it the
-    collector's trace readers."""
+@dataclasses.dataclass(frozen=True)
+class SpanSources:
+    """Where `calibrate` reads vLLM's spans: trace files (`read_traces`) and a Jaeger
+    (`read_jaeger`), each failing with one of `errors` and a one-line message. The
+    composition root (app/cli.py) gives it the collector's trace readers."""
+
+    read_traces: TraceReader
+    read_jaeger: JaegerReader
+    errors: tuple[type[Exception], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class JaegerQuery:
+    url: str
+    service: str
+    since: str
+
+    def describe(self) -> str:
+        return f"{self.url} (service {self.service}, last {self.since})"
+
+
+def fit_from(
+    files: Sequence[Path],
+    jaeger: JaegerQuery | None,
+    sources: SpanSources,
+    *,
+    gpu_profile: str,
+    model_config: str | None,
+    name: str | None,
+) -> tuple[Any, Any]:
+    """The fit of `gpu_profile`'s efficiencies to the step-time tables and the traces
+    among `files` and in `jaeger`, and the fitted profile named `name`. Refusals are
+    usage errors (exit 2)."""
+    from .calibration import (
+        SPAN_FITTED,
+        CalibrationError,
+        fit_profile,
+        is_step_table,
+        points_from_spans,
+        points_from_step_table,
+    )
+    from .gpu_profile import FITTED, ProfileError
+    from .model_arch import ModelConfigError
+
+    try:
+        base = _profile(gpu_profile)
+        arch = _arch(model_config) if model_config else None
+        points: list[Any] = []
+
+        def from_spans(where: str, read: Callable[[], Sequence[Any]]) -> None:
+            if arch is None:
+                raise usage_error(f"{where}: traces need --model-config (the model they ran)")
+            try:
+                spans = read()
+            except sources.errors as exc:
+                raise usage_error(str(exc)) from None
+            found = points_from_spans(spans, arch)
+            if not found:
+                raise usage_error(
+                    f"{where}: no llm_request span with prompt tokens and phase times"
+                )
+            points.extend(found)
+
+        traced = jaeger is not None
+        for path in files:
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise usage_error(f"{path}: {exc.strerror or exc}") from None
+            document = _json_or_none(data)
+            if is_step_table(document):
+                points += points_from_step_table(document, str(path))
+            else:
+                from_spans(str(path), functools.partial(sources.read_traces, path))
+                traced = True
+        if jaeger is not None:
+            from_spans(
+                jaeger.describe(),
+                lambda: sources.read_jaeger(jaeger.url, jaeger.service, jaeger.since),
+            )
+        tables = any(not p.with_overhead for p in points)
+        result = fit_profile(base, points, FITTED if tables or not traced else SPAN_FITTED)
+    except (CalibrationError, ProfileError, ModelConfigError) as exc:
+        raise usage_error(str(exc)) from None
+    fitted_to = ", ".join([path.name for path in files] + ([jaeger.url] if jaeger else []))
+    profile = dataclasses.replace(
+        result.profile,
+        name=name or f"{base.name}-calibrated",
+        source=f"fitted by spanbudget engine calibrate to {fitted_to}",
+    )
+    return result, profile
+
+
+def calibrate_command(sources: SpanSources) -> Callable[..., None]:
+    """The `calibrate` command over `sources`: its options, and `fit_from` behind them."""
 
     def calibrate(
         files: Annotated[
@@ -219,67 +307,20 @@ def calibrate_command(
             spanbudget engine calibrate --jaeger-url http://127.0.0.1:16686 --service vllm \\
                 --model-config config.json --out mine.json
         """
-        from .calibration import (
-            SPAN_FITTED,
-            CalibrationError,
-            fit_profile,
-            is_step_table,
-            points_from_spans,
-            points_from_step_table,
-        )
-        from .gpu_profile import FITTED, ProfileError, save_profile
-        from .model_arch import ModelConfigError
+        from .gpu_profile import save_profile
 
         if not files and jaeger_url is None:
             raise usage_error("give step-time tables or trace files, or --jaeger-url")
         if out is None:
             raise usage_error("--out: where to write the fitted profile")
-        try:
-            base = _profile(gpu_profile)
-            arch = _arch(model_config) if model_config else None
-            points = []
-            traced = False
-
-            def from_spans(where: str, read: Callable[[], Sequence[Any]]) -> None:
-                if arch is None:
-                    raise usage_error(f"{where}: traces need --model-config (the model they ran)")
-                try:
-                    spans = read()
-                except read_errors as exc:
-                    raise usage_error(str(exc)) from None
-                found = points_from_spans(spans, arch)
-                if not found:
-                    raise usage_error(
-                        f"{where}: no llm_request span with prompt tokens and phase times"
-                    )
-                points.extend(found)
-
-            for path in files or []:
-                try:
-                    data = path.read_bytes()
-                except OSError as exc:
-                    raise usage_error(f"{path}: {exc.strerror or exc}") from None
-                document = _json_or_none(data)
-                if is_step_table(document):
-                    points += points_from_step_table(document, str(path))
-                    continue
-                from_spans(str(path), functools.partial(read_traces, path))
-                traced = True
-            if jaeger_url is not None:
-                where = f"{jaeger_url} (service {service}, last {since})"
-                from_spans(where, lambda: read_jaeger(jaeger_url, service, since))
-                traced = True
-            tables = any(not p.with_overhead for p in points)
-            result = fit_profile(base, points, FITTED if tables or not traced else SPAN_FITTED)
-        except (CalibrationError, ProfileError, ModelConfigError) as exc:
-            raise usage_error(str(exc)) from None
-        sources = ", ".join(
-            [path.name for path in files or []] + ([jaeger_url] if jaeger_url else [])
-        )
-        profile = dataclasses.replace(
-            result.profile,
-            name=name or f"{base.name}-calibrated",
-            source=f"fitted by spanbudget engine calibrate to {sources}",
+        jaeger = None if jaeger_url is None else JaegerQuery(jaeger_url, service, since)
+        result, profile = fit_from(
+            files or [],
+            jaeger,
+            sources,
+            gpu_profile=gpu_profile,
+            model_config=model_config,
+            name=name,
         )
         _print_fit(result, profile)
         save_profile(profile, out)

@@ -86,10 +86,11 @@ def _error_response(exc: GatewayError) -> JSONResponse:
     )
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The raw body, refused with the gateway's 413 as soon as it passes `limit` bytes."""
+async def _read_body(request: Request, limit: int, timeout: float) -> bytes:
+    """The raw body, refused with the gateway's 413 as soon as it passes `limit` bytes, and
+    with 408 when it is not all in after `timeout` seconds."""
     try:
-        return await read_body(request, limit)
+        return await read_body(request, limit, timeout=timeout)
     except BodyTooLarge:
         message = f"request body exceeds {limit} bytes"
         raise GatewayError(413, message, code="request_too_large") from None
@@ -260,7 +261,7 @@ def create_app(
 
         with tracer.start_as_current_span(names.SPAN_VALIDATE, record_exception=False) as span:
             await faults.inject("gateway", span)
-            raw = await _read_body(request, settings.max_body_bytes)
+            raw = await _read_body(request, settings.max_body_bytes, settings.body_timeout_seconds)
             span.set_attribute(semconv.HTTP_REQUEST_BODY_SIZE, len(raw))
             chat = parse_chat_request(raw)
             span.set_attribute(names.GATEWAY_MESSAGE_COUNT, len(chat.messages))

@@ -93,6 +93,27 @@ async def test_body_over_the_limit_is_413(make_gateway: GatewayFactory) -> None:
         assert refused.json()["error"]["code"] == "request_too_large"
 
 
+async def test_a_body_not_in_within_the_body_timeout_is_408(make_gateway: GatewayFactory) -> None:
+    """`serve --body-timeout` (`body_timeout_seconds`): a client that stops sending its body
+    is answered 408 once the timeout passes, not waited on for ever."""
+    gateway = make_gateway(body_timeout_seconds=0.3)
+
+    async def stalled() -> AsyncIterator[bytes]:
+        yield b'{"model": "test-model", '
+        await anyio.sleep(5)  # the rest never comes in time
+        yield b'"messages": []}'
+
+    async with gateway.client() as client:
+        started = time.monotonic()
+        response = await client.post(
+            URL, content=stalled(), headers={"content-type": "application/json"}
+        )
+        waited = time.monotonic() - started
+    assert response.status_code == 408
+    assert response.json()["error"]["code"] == "request_timeout"
+    assert waited < 4  # answered at the timeout, not when the body would have finished
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [

@@ -54,6 +54,25 @@ def test_a_bound_before_the_epoch_means_everything(
         assert response.json() == everything.json()
 
 
+@pytest.mark.parametrize(
+    "bound",
+    ["9999-12-31T23:59:59", "9999-12-31T23:59:59-12:00", "2999-01-01T00:00:00+00:00", "0s"],
+)
+@pytest.mark.parametrize(
+    "path", ["/", "/overview/body", "/traces", "/api/verdicts", "/api/summary", "/api/share"]
+)
+@pytest.mark.parametrize("name", ["since", "until"])
+def test_a_bound_in_the_future_is_answered_never_with_a_5xx(
+    client: TestClient, path: str, bound: str, name: str
+) -> None:
+    """Up to the last second a datetime can hold (and past it, in another zone): the
+    pages and the API answer, with nothing judged since then, or say what is wrong."""
+    response = client.get(path, params={name: bound})
+    assert response.status_code < 500, response.text
+    if name == "since" and response.status_code == 200 and path == "/api/summary":
+        assert response.json()["traces"] == 0
+
+
 def test_the_api_takes_all_as_the_web_ui_does(client: TestClient) -> None:
     everything = client.get("/api/summary").json()
     assert everything["traces"] == 20

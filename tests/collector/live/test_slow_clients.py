@@ -22,14 +22,15 @@ TIMEOUT_S = 1.0
 
 
 @pytest.fixture
-def collector(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[int, int, Path]]:
+def collector(tmp_path: Path) -> Iterator[tuple[int, int, Path]]:
     """(port, pid, log) of a collector with 1 s header and body timeouts."""
-    monkeypatch.setenv("SPANBUDGET_COLLECTOR_HEADER_TIMEOUT_SECONDS", str(TIMEOUT_S))
-    monkeypatch.setenv("SPANBUDGET_COLLECTOR_BODY_TIMEOUT_SECONDS", str(TIMEOUT_S))
     port = free_port()
     log = tmp_path / "collector.log"
     command = spanbudget_command(
-        "collect", *("--listen", f"127.0.0.1:{port}"), *("--db", str(tmp_path / "v.db"))
+        "collect",
+        *("--listen", f"127.0.0.1:{port}"),
+        *("--db", str(tmp_path / "v.db")),
+        *("--header-timeout", f"{TIMEOUT_S}s", "--body-timeout", f"{TIMEOUT_S}s"),
     )
     process = start_process(command, f"http://127.0.0.1:{port}/healthz", log)
     try:

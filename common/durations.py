@@ -23,13 +23,16 @@ def parse_duration(text: str) -> float:
 
 def parse_since(text: str) -> float:
     """`15m` (that long ago) or an RFC 3339 time, as Unix seconds, never before the epoch
-    (`99999999999d` means everything, not a date no clock can show); raises ValueError
-    with the message an HTTP 400 gives."""
+    (`99999999999d` means everything, not a date no clock can show) and never after now
+    (nothing is judged later than now: `9999-12-31T23:59:59` bounds what has been, and a
+    window drawn from it stays within the clock's years); raises ValueError with the
+    message an HTTP 400 gives."""
+    now = time.time()
     try:
-        return max(time.time() - parse_duration(text), 0.0)
+        return max(now - parse_duration(text), 0.0)
     except ValueError:
         pass
     try:
-        return max(datetime.fromisoformat(text).timestamp(), 0.0)
+        return min(max(datetime.fromisoformat(text).timestamp(), 0.0), now)
     except (ValueError, OverflowError, OSError):
         raise ValueError(f"since: not a duration (15m) or RFC 3339 time: {text!r}") from None
