@@ -95,6 +95,9 @@ class Span:
     `end_ns` is never before `start_ns`: readers clamp it. `events` holds each event name
     once, at its earliest time (`first_events`). `host` is the resource's `host.name`,
     else its `host.id`, else None (clock skew is judged per host: DESIGN §5 rule 3).
+    `scope` is the name of the instrumentation scope that made it (OTLP's
+    `InstrumentationScope`, Jaeger's `otel.scope.name` tag), which tells the library that
+    traced it (`budget.recognize`); None when the source does not say.
     """
 
     trace_id: str
@@ -109,6 +112,7 @@ class Span:
     error: bool = False
     events: tuple[SpanEvent, ...] = ()
     host: str | None = None
+    scope: str | None = None
 
 
 def group_by_trace(spans: Iterable[Span]) -> dict[str, list[Span]]:

@@ -28,6 +28,7 @@ from .model import (
     Budget,
     FirstTokenMark,
     GlobError,
+    NonStreamed,
     Selector,
     Stage,
     WhenAbsent,
@@ -64,6 +65,8 @@ _TOP = {
     "total": "{target_ms: 170, limit_ms: 250}",
     "slo": "{objective: 0.95}",
     "first_token": "a list of first-token marks, e.g. [{event: First Token Stream Event}]",
+    "non_streamed": "what a request that was not streamed is: skip (left out of the TTFT SLO,"
+    " the default) or judge (its whole response as its first token)",
     "stages": "a list of stages",
 }
 _TOTAL = {"target_ms": "a number, e.g. 170", "limit_ms": "a number, e.g. 250"}
@@ -89,6 +92,9 @@ _MARK = {
     "anchor": "what an attribute counts from: span_start (default) or "
     "{child_end: SELECTOR}, the end of the latest-starting child that matches",
     "match": "a list of selectors: only spans that match carry the mark",
+    "first_child": "a selector: the start of the span's earliest child that matches is the"
+    " first token (a server's first response-body send)",
+    "estimate": "true: the mark can be off by an unknown amount, and verdicts say so",
 }
 _ANCHOR_START = "span_start"
 _MAX_EXTENDS = 8
@@ -184,13 +190,29 @@ def _selectors(check: NodeChecker, node: yaml.Node, path: str, hint: str) -> tup
 
 def _mark(check: NodeChecker, node: yaml.Node, path: str) -> FirstTokenMark:
     fields = check.mapping(node, path, _MARK, set())
-    if ("attribute" in fields) == ("event" in fields):
+    if sum(key in fields for key in ("attribute", "event", "first_child")) != 1:
         raise check.fail(
-            node, path, "give either `attribute` or `event`", "one mark reads one of them"
+            node,
+            path,
+            "give one of `attribute`, `event` or `first_child`",
+            "one mark reads one of them",
         )
     match: tuple[Selector, ...] = ()
     if "match" in fields:
         match = _selectors(check, fields["match"], f"{path}.match", _MARK["match"])
+    estimate = False
+    if "estimate" in fields:
+        estimate = check.scalar(fields["estimate"], f"{path}.estimate", bool, _MARK["estimate"])
+    if "first_child" in fields:
+        if "anchor" in fields:
+            raise check.fail(
+                fields["anchor"],
+                f"{path}.anchor",
+                "a child's start is an instant of its own",
+                "anchor goes with attribute only",
+            )
+        child = _selector(check, fields["first_child"], f"{path}.first_child")
+        return FirstTokenMark(first_child=child, match=match, estimate=estimate)
     if "event" in fields:
         if "anchor" in fields:
             raise check.fail(
@@ -206,7 +228,7 @@ def _mark(check: NodeChecker, node: yaml.Node, path: str) -> FirstTokenMark:
         names = frozenset(
             check.scalar(item, f"{path}.event", str, _MARK["event"]) for item in items
         )
-        return FirstTokenMark(events=names, match=match)
+        return FirstTokenMark(events=names, match=match, estimate=estimate)
     attribute = check.scalar(fields["attribute"], f"{path}.attribute", str, _MARK["attribute"])
     anchor = None
     if "anchor" in fields:
@@ -214,7 +236,7 @@ def _mark(check: NodeChecker, node: yaml.Node, path: str) -> FirstTokenMark:
         if scalar_text(anchor_node) != _ANCHOR_START:
             anchor_fields = check.mapping(anchor_node, f"{path}.anchor", _ANCHOR, set(_ANCHOR))
             anchor = _selector(check, anchor_fields["child_end"], f"{path}.anchor.child_end")
-    return FirstTokenMark(attribute=attribute, anchor=anchor, match=match)
+    return FirstTokenMark(attribute=attribute, anchor=anchor, match=match, estimate=estimate)
 
 
 def _stage_label(node: yaml.Node, index: int, extended: bool) -> str:
@@ -269,6 +291,18 @@ def _budget(
     if "first_token" in fields:
         nodes = check.sequence(fields["first_token"], "first_token", _TOP["first_token"])
         first_token = tuple(_mark(check, node, f"first_token[{i}]") for i, node in enumerate(nodes))
+    non_streamed = NonStreamed.SKIP
+    if "non_streamed" in fields:
+        text = check.scalar(fields["non_streamed"], "non_streamed", str, _TOP["non_streamed"])
+        try:
+            non_streamed = NonStreamed(text)
+        except ValueError:
+            raise check.fail(
+                fields["non_streamed"],
+                "non_streamed",
+                f"unknown value {text!r}",
+                "one of skip, judge",
+            ) from None
     objective = 0.95
     if "slo" in fields:
         slo = check.mapping(fields["slo"], "slo", _SLO, set(_SLO))
@@ -309,6 +343,7 @@ def _budget(
         version=version,
         first_token=first_token,
         preset=preset,
+        non_streamed=non_streamed,
     )
     return LoadedBudget(budget, tuple(warnings))
 

@@ -24,6 +24,7 @@ __all__ = [
     "Budget",
     "FirstTokenMark",
     "GlobError",
+    "NonStreamed",
     "Selector",
     "Stage",
     "WhenAbsent",
@@ -139,6 +140,22 @@ class Selector:
                 return False
         return True
 
+    def describe(self) -> str:
+        """The selector as budget.yaml writes it, e.g. `{name: "* http send", kind: internal}`."""
+        parts = []
+        if self.name is not None:
+            parts.append(f"name: {self.name!r}")
+        if self.kind is not None:
+            parts.append(f"kind: {self.kind.value}")
+        if self.service is not None:
+            parts.append(f"service: {self.service!r}")
+        for key, accepted in sorted(self.attributes.items()):
+            values = sorted(accepted)
+            parts.append(f"{key}: {values[0] if len(values) == 1 else values}")
+        if self.root is not None:
+            parts.append(f"root: {str(self.root).lower()}")
+        return "{" + ", ".join(parts) + "}"
+
 
 @dataclass(frozen=True, slots=True)
 class Stage:
@@ -153,20 +170,41 @@ class Stage:
 class FirstTokenMark:
     """Where one instrumentation records the first token on a span (DESIGN §5 rule 2).
 
-    Either an `attribute` holding seconds after an anchor, or the first of the `events`
-    named (its timestamp is the instant). The anchor is the span's start, or with
-    `anchor`, the end of the latest-starting child span that matches it (OpenLIT counts
-    from when the response headers arrived, which is where its HTTP child span ends).
-    `match` limits the spans that may carry the mark (empty: any span).
+    One of three: an `attribute` holding seconds after an anchor; the first of the
+    `events` named (its timestamp is the instant); or `first_child`, the start of the
+    earliest child span that matches it (a server's first response-body send: ASGI's
+    `http send` spans, where the first chunk left the server). The anchor is the span's
+    start, or with `anchor`, the end of the latest-starting child span that matches it
+    (OpenLIT counts from when the response headers arrived, which is where its HTTP child
+    span ends). `match` limits the spans that may carry the mark (empty: any span).
+    `estimate`: the mark is known to be off by an unbounded amount (OpenLIT's value counted
+    from the span's start, without the HTTP child), and verdicts say so.
     """
 
     attribute: str | None = None
     events: frozenset[str] = frozenset()
     anchor: Selector | None = None
     match: tuple[Selector, ...] = ()
+    first_child: Selector | None = None
+    estimate: bool = False
+
+    @property
+    def source(self) -> str:
+        """What kind of mark it is, as a verdict's `first_token.source` names it: `event`,
+        `attribute` (counted from the span's start), `anchored attribute` (from a child's
+        end), `first child` (a child span's start), `vllm` (vLLM's own figure)."""
+        if self.first_child is not None:
+            return "first child"
+        if self.attribute is None:
+            return "event"
+        if self.attribute == GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN:
+            return "vllm"
+        return "attribute" if self.anchor is None else "anchored attribute"
 
     def describe(self) -> str:
         """One line for people: what the mark reads."""
+        if self.first_child is not None:
+            return "the start of the first child span like " + self.first_child.describe()
         if self.attribute is None:
             return "event " + " or ".join(sorted(self.events))
         after = "the span's start" if self.anchor is None else "the end of a child span"
@@ -180,12 +218,22 @@ DEFAULT_FIRST_TOKEN = (
 )
 
 
+class NonStreamed(enum.Enum):
+    """What a budget does with a trace whose LLM calls were not streamed (the response came
+    whole): leave it out of the TTFT SLO as `not_streamed`, its response time reported
+    (`skip`, the default), or judge it with the whole response as its first token."""
+
+    SKIP = "skip"
+    JUDGE = "judge"
+
+
 @dataclass(frozen=True, slots=True)
 class Budget:
     """An allocation table: a total for time to first token, and stages in claim order.
 
     `first_token` lists the marks in the order they are tried on each span; `preset` names
-    the packaged preset the table extends, if any.
+    the packaged preset the table extends, if any; `non_streamed` says what becomes of a
+    request that was not streamed.
     """
 
     name: str
@@ -197,6 +245,7 @@ class Budget:
     version: int = 1
     first_token: tuple[FirstTokenMark, ...] = DEFAULT_FIRST_TOKEN
     preset: str | None = None
+    non_streamed: NonStreamed = NonStreamed.SKIP
 
     def stage_names(self) -> list[str]:
         return [stage.name for stage in self.stages]

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ..budget.model import Budget
-from ..context import request_attributes
-from ..judging.evaluate import Evaluator
+from ..budget.loader import load_preset
+from ..budget.model import Budget, FirstTokenMark
+from ..budget.presets import preset_names
+from ..judging.auto import Judges
 from ..judging.verdict import Status, Verdict
-from ..spans import Span, group_by_trace
+from ..spans import Span, group_by_trace, seconds_value
 
-__all__ = ["CheckResult", "FailOn", "evaluate_spans", "exit_code", "fails", "why_empty"]
+__all__ = ["CheckResult", "FailOn", "NoMark", "evaluate_spans", "exit_code", "fails", "why_empty"]
 
 
 class FailOn(enum.Enum):
@@ -25,31 +26,97 @@ class FailOn(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class NoMark:
+    """Traces judged by one budget that have no first token: none of their spans carries
+    a mark it reads. `other`: a preset whose marks they do carry."""
+
+    budget: str
+    traces: int
+    marks: tuple[str, ...]
+    other: str | None = None
+
+    def line(self) -> str:
+        text = (
+            f"{self.traces} trace(s) have no first token: none of their spans carries a mark"
+            f" budget {self.budget} reads ({'; '.join(self.marks)})"
+        )
+        if self.other is not None:
+            return text + f"; they carry {self.other}'s: judge them with --preset {self.other}"
+        return (
+            text + "; their instrumentation records none here (docs/usage.md: which library"
+            " records what, and the server's first body send)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class CheckResult:
     verdicts: list[Verdict]
     skipped: int  # traces in which no span matched any stage
     started_s: list[float] = field(default_factory=list)  # each verdict's trace start, epoch s
+    budgets: dict[str, Budget] = field(default_factory=dict)  # by name: each that judged
+    no_mark: list[NoMark] = field(default_factory=list)  # why traces have no first token
 
 
 def evaluate_spans(
-    spans: Sequence[Span], budget: Budget, *, now: datetime | None = None
+    spans: Sequence[Span],
+    budget: Budget,
+    *,
+    now: datetime | None = None,
+    recognise: bool = True,
 ) -> CheckResult:
-    evaluator = Evaluator(budget)
+    """Every trace of `spans` judged: by the preset of the instrumentation it is traced
+    with (`judging.auto.Judges`), else by `budget`; `recognise=False` judges all with it."""
+    judges = Judges(budget, recognise=recognise)
     evaluated_at = now or datetime.now(UTC)
     verdicts: list[Verdict] = []
     started_s: list[float] = []
     skipped = 0
+    unmarked: dict[str, list[list[Span]]] = {}
     for trace in group_by_trace(spans).values():
-        verdict = evaluator.evaluate(trace, evaluated_at=evaluated_at)
+        verdict = judges.evaluate(trace, evaluated_at=evaluated_at)
         if verdict is None:
             skipped += 1
             continue
-        extra = request_attributes(trace)  # the prompt's tokens, for `why`
-        if extra:
-            verdict = replace(verdict, attributes={**verdict.attributes, **extra})
         verdicts.append(verdict)
         started_s.append(min(span.start_ns for span in trace) / 1e9)
-    return CheckResult(verdicts, skipped, started_s)
+        if verdict.status is Status.INCOMPLETE and not verdict.damaged:
+            unmarked.setdefault(verdict.budget, []).append(trace)
+    budgets = {b.name: b for b in judges.budgets()}
+    hints = [_no_mark(budgets[name], traces) for name, traces in unmarked.items()]
+    return CheckResult(verdicts, skipped, started_s, budgets, hints)
+
+
+def _no_mark(budget: Budget, traces: list[list[Span]]) -> NoMark:
+    """Why these traces, judged by `budget`, have no first token, and which preset's
+    marks they carry instead, if any."""
+    marks = tuple(mark.describe() for mark in budget.first_token)
+    for name in preset_names():
+        preset = load_preset(name).budget
+        if name == budget.preset or preset.name == budget.name:
+            continue
+        if any(_carries_a_mark(trace, preset.first_token) for trace in traces):
+            return NoMark(budget.name, len(traces), marks, name)
+    return NoMark(budget.name, len(traces), marks)
+
+
+def _carries_a_mark(spans: Sequence[Span], marks: Sequence[FirstTokenMark]) -> bool:
+    """Whether a span carries the attribute or the event of one of `marks`, or is the
+    child one of them reads the start of."""
+    for span in spans:
+        names = {event.name for event in span.events}
+        for mark in marks:
+            value = None if mark.attribute is None else span.attributes.get(mark.attribute)
+            if seconds_value(value) is not None:
+                return True
+            if names & mark.events:
+                return True
+            child = mark.first_child
+            if child is not None and (
+                child.matches_shape(span.name, span.kind, span.service, False)
+                and child.matches_attributes(span.attributes)
+            ):
+                return True
+    return False
 
 
 def why_empty(result: CheckResult, budget: Budget) -> str | None:

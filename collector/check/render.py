@@ -32,6 +32,8 @@ STATUS_STYLE = {
     Status.OVERRUN: "bold red",
     Status.ERROR: "bold magenta",
     Status.INCOMPLETE: "cyan",
+    Status.NOT_APPLICABLE: "dim",
+    Status.NOT_STREAMED: "dim",
 }
 
 
@@ -128,8 +130,9 @@ def _rows_table(
 
 def _aggregate(verdicts: Sequence[Verdict], budget: Budget, title: str) -> Table:
     """Per stage over every trace, as `loadtest` prints a run. An `incomplete` trace's
-    stage times are shares of the whole request, not of a TTFT: left out here as there."""
-    timed = [v for v in verdicts if v.status is not Status.INCOMPLETE]
+    stage times are shares of the whole request, not of a TTFT: left out here as there,
+    and so are the traces not judged on TTFT (`not_applicable`, `not_streamed`)."""
+    timed = [v for v in verdicts if v.ttft_ms is not None]
     stages = [
         StageRow(
             stage.name,
@@ -174,10 +177,38 @@ def _reasons(verdicts: Sequence[Verdict]) -> list[tuple[Verdict, str]]:
 def render_table(
     result: CheckResult, budget: Budget, console: Console, *, rows: int | None = None
 ) -> None:
-    """The worst `rows` traces (all when None), one row each, then every trace per stage
-    and the SLO line. Off a terminal nothing is cut; on one, trace ids are cut to prefixes
-    that keep them apart."""
-    ordered = worst_first(result.verdicts)
+    """Per budget that judged traces (`budget` and the presets recognition chose): the
+    worst `rows` traces (all when None), one row each, then every trace per stage and the
+    SLO line; then the counts, which instrumentation judged how many, the requests not
+    judged on TTFT, and why traces have no first token. Off a terminal nothing is cut; on
+    one, trace ids are cut to prefixes that keep them apart."""
+    groups: dict[str, list[Verdict]] = {}
+    for verdict in result.verdicts:
+        groups.setdefault(verdict.budget, []).append(verdict)
+    budgets = {budget.name: budget, **result.budgets}
+    for name, verdicts in groups.items():
+        if len(groups) > 1:
+            console.print()
+        _budget_section(verdicts, budgets.get(name, budget), console, rows=rows)
+    counts: dict[str, int] = {}
+    for verdict in result.verdicts:
+        counts[verdict.status.value] = counts.get(verdict.status.value, 0) + 1
+    order = {status.value: status.severity for status in Status}
+    summary = ", ".join(
+        f"{counts[status]} {status}" for status in sorted(counts, key=lambda s: order[s])
+    )
+    console.print(
+        f"{len(result.verdicts)} traces judged ({summary or 'none'}); {result.skipped} "
+        "skipped (no span matched a stage)"
+    )
+    for line in _notes(result, budget):
+        console.print(line, overflow="fold")
+
+
+def _budget_section(
+    verdicts: Sequence[Verdict], budget: Budget, console: Console, *, rows: int | None
+) -> None:
+    ordered = worst_first(verdicts)
     shown = ordered if rows is None else ordered[:rows]
     if shown:
         ids = short_ids([v.trace_id for v in shown], console.width)
@@ -194,24 +225,48 @@ def render_table(
         )
         for verdict, text in reasons:
             console.print(f"  {ids[verdict.trace_id]}  {text}", overflow="fold")
-    if result.verdicts:
-        n = len(result.verdicts)
+    counted = [v for v in verdicts if v.status.in_slo]
+    if counted:
+        n = len(counted)
         console.print()
-        print_wide(console, _aggregate(result.verdicts, budget, f"{n} traces per stage"))
-        timed = [v for v in result.verdicts if v.status is not Status.INCOMPLETE]
-        summaries = [StageSummary.of_times(v.ttft_ms for v in timed if v.ttft_ms is not None)]
+        print_wide(console, _aggregate(counted, budget, f"{n} traces per stage"))
+        summaries = [StageSummary.of_times(v.ttft_ms for v in counted if v.ttft_ms is not None)]
         if has_few(summaries):
             console.print(few_note(), style="dim")
-        within = sum(1 for v in result.verdicts if v.status in (Status.OK, Status.WARN))
+        within = sum(1 for v in counted if v.status in (Status.OK, Status.WARN))
         console.print(slo_line(within, n, budget.slo_objective, noun="traces"))
-    counts: dict[str, int] = {}
+
+
+def _notes(result: CheckResult, budget: Budget) -> list[str]:
+    """What judged the traces, and the traces not judged on time to first token."""
+    lines = []
+    by: dict[tuple[str | None, str], int] = {}
     for verdict in result.verdicts:
-        counts[verdict.status.value] = counts.get(verdict.status.value, 0) + 1
-    order = {status.value: status.severity for status in Status}
-    summary = ", ".join(
-        f"{counts[status]} {status}" for status in sorted(counts, key=lambda s: order[s])
-    )
-    console.print(
-        f"{len(result.verdicts)} traces judged ({summary or 'none'}); {result.skipped} "
-        "skipped (no span matched a stage)"
-    )
+        key = (verdict.instrumentation, verdict.budget)
+        by[key] = by.get(key, 0) + 1
+    if any(instrumentation for instrumentation, _ in by):
+        parts = [
+            f"{instrumentation or 'none recognised'} {n} (budget {name})"
+            for (instrumentation, name), n in by.items()
+        ]
+        lines.append("instrumentation: " + ", ".join(parts))
+    unstreamed = [v for v in result.verdicts if v.status is Status.NOT_STREAMED]
+    if unstreamed:
+        times = sorted(v.response_ms for v in unstreamed if v.response_ms is not None)
+        spread = (
+            f": response {times[len(times) // 2]:.1f} ms median, {times[-1]:.1f} max"
+            if times
+            else ""
+        )
+        lines.append(
+            f"{len(unstreamed)} not streamed, left out of the TTFT SLO{spread} (a budget's"
+            " `non_streamed: judge` judges them whole)"
+        )
+    inapplicable = sum(1 for v in result.verdicts if v.status is Status.NOT_APPLICABLE)
+    if inapplicable:
+        lines.append(
+            f"{inapplicable} not applicable: no LLM call in the trace (a model list, a"
+            " health check), left out of the SLO"
+        )
+    lines += [hint.line() for hint in result.no_mark]
+    return lines

@@ -1,6 +1,7 @@
-"""What a verdict carries besides its own numbers: the request's prompt tokens from its
-spans and, with the engine's scraped samples, the engine's state when it arrived. The
-judging core calls an `Annotate` on each judged trace (`JudgingCore(annotate=...)`)."""
+"""What a verdict carries besides its own numbers (the evaluator's: the LLM call's model
+and tokens): with the engine's scraped samples, the engine's state when the request
+arrived. The judging core calls an `Annotate` on each judged trace
+(`JudgingCore(annotate=...)`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from ..spans import Span
 from .engine import EngineSamples
-from .request import arrival_ns, request_attributes
+from .request import arrival_ns
 
 __all__ = ["Annotate", "annotate_with"]
 
@@ -16,14 +17,15 @@ Annotate = Callable[[Sequence[Span]], dict[str, str | int | float | bool]]
 
 
 def annotate_with(samples: EngineSamples | None) -> Annotate:
-    """What a trace's verdict carries besides its own: the prompt's tokens, and with
-    `samples` the engine's state when the request arrived (counts as integers) and how old
-    that scrape was."""
+    """What a trace's verdict carries besides its own: with `samples`, the engine's state
+    when the request arrived (counts as integers) and how old that scrape was."""
 
     def annotate(spans: Sequence[Span]) -> dict[str, str | int | float | bool]:
-        out: dict[str, str | int | float | bool] = dict(request_attributes(spans))
+        out: dict[str, str | int | float | bool] = {}
+        if samples is None:
+            return out
         arrived = arrival_ns(spans)
-        found = None if samples is None or arrived is None else samples.at(arrived)
+        found = None if arrived is None else samples.at(arrived)
         if found is not None:
             state, age_ns = found
             for key, value in state.items():

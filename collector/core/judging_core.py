@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from ..budget.model import Budget
 from ..context import Annotate
-from ..judging.evaluate import Evaluator
+from ..judging.evaluate import Evaluator, Judge
 from .assembly import REVISION, Assembly, DueTrace
 from .decisions import DecidedTrace, Decisions, VerdictSink
 from .held import HeldSpan
@@ -57,7 +57,7 @@ class JudgingCore:
         max_queue_spans: int,
         clock: Callable[[], float] = time.monotonic,
         thread_name: str = "spanbudget-worker",
-        make_evaluator: Callable[[Budget], Evaluator] = Evaluator,
+        make_evaluator: Callable[[Budget], Judge] = Evaluator,
         annotate: Annotate | None = None,
     ) -> None:
         self.sinks = list(sinks)
@@ -277,9 +277,8 @@ class JudgingCore:
                 if trace.reason != REVISION:
                     self.metrics.traces_skipped.inc()
             else:
-                lost = _with_missing_parents(trace.lost, trace.spans)
-                if lost:
-                    judged = replace(judged, verdict=judged.verdict.as_damaged(lost))
+                if trace.lost:  # spans refused on the way: judged, but not as if whole
+                    judged = replace(judged, verdict=judged.verdict.as_damaged(trace.lost))
                 if self._annotate is not None:
                     verdict = judged.verdict
                     extra = self._annotate([h.span for h in trace.spans])
@@ -288,16 +287,3 @@ class JudgingCore:
                         judged = replace(judged, verdict=replace(verdict, attributes=attributes))
             out.append(DecidedTrace(trace.trace_id, trace.spans, trace.reason, judged))
         return out
-
-
-def _with_missing_parents(
-    lost: Mapping[str, int] | None, spans: Sequence[HeldSpan]
-) -> Mapping[str, int] | None:
-    """`lost`, with `missing_parent` when more than one span's parent is not in the trace:
-    one such span is the trace's root (no parent, or a parent in a process that does not
-    export), any other means a span in between never arrived."""
-    ids = {held.span.span_id for held in spans}
-    orphans = sum(1 for held in spans if held.span.parent_span_id not in ids)
-    if orphans <= 1:
-        return lost
-    return {**(lost or {}), "missing_parent": orphans - 1}

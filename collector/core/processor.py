@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from spanbudget.common.semconv import HOST_ID, HOST_NAME, SERVICE_NAME
 
 from ..budget.model import Budget
-from ..context import annotate_with
+from ..judging.auto import Judges
 from ..judging.verdict import Verdict
 from ..spans import Span, SpanKind, first_events
 from .assembly import Assembly
@@ -57,6 +57,7 @@ def span_from_sdk(span: ReadableSpan) -> Span:
         error=span.status.status_code is StatusCode.ERROR,
         events=first_events((e.name, e.timestamp) for e in span.events) if span.events else (),
         host=None if host is None else str(host),
+        scope=span.instrumentation_scope.name if span.instrumentation_scope else None,
     )
 
 
@@ -125,7 +126,7 @@ class BudgetSpanProcessor(SpanProcessor):
             metrics=self.metrics,
             max_queue_spans=max_queue_spans,
             thread_name="budget-processor",
-            annotate=annotate_with(None),  # the prompt's tokens, as the collector carries them
+            make_evaluator=Judges,  # each trace by its instrumentation's preset, as collect
         )
         self._core.start()
 

@@ -12,7 +12,7 @@ class _Handback: ...
 
 HANDBACK: _Handback
 
-_Mark = tuple[str | None, frozenset[str], Selector | None, tuple[Selector, ...]]
+_Mark = tuple[str | None, frozenset[str], Selector | None, tuple[Selector, ...], Selector | None]
 
 class CompiledJudge:
     def __init__(

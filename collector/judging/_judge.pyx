@@ -45,7 +45,6 @@ from spanbudget.common.semconv import (
     GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL,
     GEN_AI_LATENCY_TIME_IN_QUEUE,
     GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
-    GEN_AI_REQUEST_MODEL,
     VLLM_PHASE_SPANS,
     VLLM_REQUEST_SPAN,
 )
@@ -87,9 +86,12 @@ cdef tuple _STAGE_FIELDS = ("name", "ms", "target_ms", "limit_ms", "status", "br
 cdef tuple _VERDICT_FIELDS = (
     "trace_id", "budget", "status", "ttft_ms", "total_target_ms", "total_limit_ms",
     "total_status", "stages", "unattributed_ms", "blame", "overrun_ms", "skew_adjusted_ms",
-    "attributes", "evaluated_at", "damaged",
+    "attributes", "evaluated_at", "damaged", "first_token", "instrumentation", "response_ms",
 )
-cdef tuple _JUDGED_FIELDS = ("verdict", "root_span_id", "span_stages", "first_token_ns", "tree")
+cdef tuple _JUDGED_FIELDS = (
+    "verdict", "root_span_id", "span_stages", "first_token_ns", "tree", "first_token_mark",
+    "first_token_span",
+)
 
 
 cdef struct Row:
@@ -253,7 +255,8 @@ cdef class CompiledJudge:
             return None
         cdef int64_t first_token = 0
         cdef bint found = False
-        outcome = trace.first_token(&first_token, &found)
+        cdef Py_ssize_t mark = -1, marked = -1
+        outcome = trace.first_token(&first_token, &found, &mark, &marked)
         if outcome == GIVE_BACK:
             return HANDBACK
         cdef Node* root = &trace.nodes[0]
@@ -262,7 +265,11 @@ cdef class CompiledJudge:
         if window_end - window_start >= _EXACT_NS:
             return HANDBACK
         cdef int64_t uncovered = trace.attribute(window_start, window_end)
-        return self._judged(trace, uncovered, window_start, window_end, found, evaluated_at)
+        judged = self._judged(trace, uncovered, window_start, window_end, found, evaluated_at)
+        if found:  # which mark gave the first token, on which span
+            PyObject_GenericSetAttr(judged, "first_token_mark", mark)
+            PyObject_GenericSetAttr(judged, "first_token_span", trace.span(marked).span_id)
+        return judged
 
     cdef int stage_index(self, object name) except -2:
         """The index of the stage called `name`, -1 for "" (decisions hold the budget's
@@ -352,9 +359,12 @@ cdef class CompiledJudge:
             blame(results, total_status),
             overrun_ms,
             self._round(trace.skew_ns),
-            carried_attributes(root.attributes, trace.model()),
+            carried_attributes(root.attributes),
             evaluated_at,
-            None,  # damaged: the core marks a trace that lost spans
+            None,  # damaged, first_token, instrumentation, response_ms: the evaluator's
+            None,  # own step after judging (Evaluator.judge) fills them in
+            None,
+            None,
         ))
         span_stages = {}
         for i in range(trace.node_count):
@@ -363,7 +373,7 @@ cdef class CompiledJudge:
                 PyDict_SetItem(span_stages, trace.span(i).span_id, self.names[node.stage])
         first_token_ns = window_end if found else None
         return _fill(self.judged, _JUDGED_FIELDS, (
-            verdict, root.span_id, span_stages, first_token_ns, None
+            verdict, root.span_id, span_stages, first_token_ns, None, None, None
         ))
 
     cdef object _round(self, int64_t ns):
@@ -548,16 +558,6 @@ cdef class _Trace:
             if self.nodes[i].on_path and self.nodes[i].row >= 0 and self.span(i).error:
                 return True
         return False
-
-    cdef object model(self):
-        """The requested model: the first node's, in depth-first order, that names one."""
-        cdef Py_ssize_t i
-        for i in range(self.node_count):
-            if self.nodes[i].row >= 0:
-                value = _get(self.span(i).attributes, GEN_AI_REQUEST_MODEL)
-                if isinstance(value, str):
-                    return value
-        return None
 
     # Assembly: attribution.assemble.
 
@@ -847,10 +847,13 @@ cdef class _Trace:
 
     # The first token: evaluate._first_token.
 
-    cdef int first_token(self, int64_t* out, bint* found) except -1:
-        """The instant of the outermost node that carries a first-token mark, and each
-        marked node's own instant in its `mark`."""
-        cdef Py_ssize_t i, best_depth = 0
+    cdef int first_token(
+        self, int64_t* out, bint* found, Py_ssize_t* mark, Py_ssize_t* marked
+    ) except -1:
+        """The instant of the outermost node that carries a first-token mark, the index of
+        that mark in the budget's list and the node's position; and each marked node's own
+        instant in its `mark`."""
+        cdef Py_ssize_t i, m, best_depth = 0, best_mark = -1, best_node = -1
         cdef int64_t best_start = 0, best_instant = 0, base, instant, at_ns, mark_ns
         cdef double seconds
         cdef bint have = False, anchored
@@ -861,8 +864,15 @@ cdef class _Trace:
                 continue
             span = self.spans[node.row]
             attributes = span.attributes
-            for key, names, anchor, match in self.judge.marks:
-                if key is not None:
+            m = -1
+            for key, names, anchor, match, child in self.judge.marks:
+                m += 1
+                if child is not None:
+                    if match and not _carries(match, span, i == 0):
+                        continue
+                    if not self.first_child_start(i, child, &instant):
+                        continue
+                elif key is not None:
                     value = _get(attributes, key)
                     if value is None or not _seconds(value, &seconds):
                         continue
@@ -899,16 +909,47 @@ cdef class _Trace:
                     or (
                         node.depth == best_depth
                         and node.start == best_start
-                        and instant < best_instant
+                        and (
+                            instant < best_instant
+                            or (
+                                instant == best_instant
+                                and span.span_id < self.span(best_node).span_id
+                            )
+                        )
                     )
                 ):
                     have = True
                     best_depth, best_start, best_instant = node.depth, node.start, instant
+                    best_mark, best_node = m, i
                 break
         if have:
             found[0] = True
             out[0] = best_instant if best_instant > self.nodes[0].start else self.nodes[0].start
+            mark[0], marked[0] = best_mark, best_node
         return DONE
+
+    cdef bint first_child_start(self, Py_ssize_t index, object child, int64_t* out) except -1:
+        """The start of the earliest-starting child of `index` that matches `child` (the
+        first of a server's response-body sends), as it stands after the skew shift."""
+        cdef Node* parent = &self.nodes[index]
+        cdef Node* kid
+        cdef Py_ssize_t k
+        cdef bint have = False
+        cdef int64_t start = 0
+        for k in range(parent.kid_count):
+            kid = &self.nodes[self.kid_nodes[parent.kids_at + k]]
+            if kid.row < 0:
+                continue
+            span = self.spans[kid.row]
+            if (
+                (not have or kid.start < start)
+                and child.matches_shape(span.name, span.kind, span.service, False)
+                and child.matches_attributes(span.attributes)
+            ):
+                have = True
+                start = kid.start
+        out[0] = start
+        return have
 
     cdef bint anchor_end(self, Py_ssize_t index, object anchor, int64_t* out) except -1:
         """The end of the latest-starting child span of `index` matching `anchor`."""

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Protocol
 
-from spanbudget.common.semconv import GEN_AI_REQUEST_MODEL
-
-from ..budget.model import Budget, FirstTokenMark, Selector, WhenAbsent
+from ..budget.model import Budget, FirstTokenMark, NonStreamed, Selector, WhenAbsent
 from ..spans import Span, seconds_value
 from .attribution import Node, Tree, assemble, attribute_window
+from .llm_calls import read_request, settle
 from .stage_table import StageTable
 from .verdict import SEVERITY as _SEVERITY
 from .verdict import StageResult, Status, Verdict, new_stage_result
@@ -26,7 +26,15 @@ from .verdict_rules import (
     round_ms,
 )
 
-__all__ = ["COMPILED", "PURE_PYTHON_ENV", "Evaluator", "Judged", "evaluate", "first_token_ns"]
+__all__ = [
+    "COMPILED",
+    "PURE_PYTHON_ENV",
+    "Evaluator",
+    "Judge",
+    "Judged",
+    "evaluate",
+    "first_token_ns",
+]
 
 try:  # the fast path compiled (_judge.pyx, built by setup.py where a C compiler is)
     from . import _judge
@@ -50,14 +58,29 @@ _UNMEASURED_WHEN_ABSENT = WhenAbsent.UNMEASURED
 class Judged:
     """A verdict and, beside it, what the judging said of the spans themselves: the root,
     the stage of each span that belongs to one (matched or inherited), by span id, and the
-    first token (ns since the epoch, or None). `tree` is the attributed tree, kept only
-    when asked for (`judge(..., keep_tree=True)`, for views that draw it)."""
+    first token (ns since the epoch, or None) with the mark that gave it (its index in the
+    budget's `first_token`, -1 for a whole response taken as the first token) and the span
+    that carried it. `tree` is the attributed tree, kept only when asked for
+    (`judge(..., keep_tree=True)`, for views that draw it)."""
 
     verdict: Verdict
     root_span_id: str
     span_stages: Mapping[str, str]
     first_token_ns: int | None
     tree: Tree | None = None
+    first_token_mark: int | None = None
+    first_token_span: str | None = None
+
+
+class Judge(Protocol):
+    """What judges traces: an `Evaluator` (one budget), or `auto.Judges` (the budget each
+    trace's instrumentation calls for)."""
+
+    budget: Budget
+
+    def judge(
+        self, spans: Sequence[Span], *, evaluated_at: datetime, keep_tree: bool = False
+    ) -> Judged | None: ...
 
 
 class Evaluator:
@@ -117,11 +140,54 @@ class Evaluator:
         nodes clipped to the TTFT window, with `self_ns` and `on_path` set; call
         `tree.release()` when done with it.
         """
+        judged: Judged | None = None
         if not keep_tree and self._compiled is not None:
-            judged = self._compiled.judge(spans, evaluated_at)
-            if judged is None or isinstance(judged, Judged):
-                return judged  # else it handed the trace back: judged below
-        return self._judge_tree(spans, evaluated_at, keep_tree)
+            compiled = self._compiled.judge(spans, evaluated_at)
+            if compiled is None:
+                return None
+            if isinstance(compiled, Judged):
+                judged = compiled  # else it handed the trace back: judged below
+        if judged is None:
+            judged = self._judge_tree(spans, evaluated_at, keep_tree)
+            if judged is None:
+                return None
+        request = read_request(spans, judged.first_token_span, self.budget.first_token)
+        if (
+            request.streamed is False
+            and request.response_end is not None
+            and self.budget.non_streamed is NonStreamed.JUDGE
+        ):  # judged again, the whole response as its first token (on the tree: rare)
+            if judged.tree is not None:
+                judged.tree.release()
+            again = self._judge_tree(
+                spans, evaluated_at, keep_tree, response_end=request.response_end[0]
+            )
+            if again is not None:
+                judged = again
+        verdict = settle(
+            judged.verdict,
+            request,
+            self.budget,
+            spans,
+            first_token=self._source(judged, spans),
+            window_start_ns=_start_of(judged.root_span_id, spans),
+        )
+        return replace(judged, verdict=verdict)
+
+    def _source(self, judged: Judged, spans: Sequence[Span]) -> dict[str, str | bool] | None:
+        """The verdict's `first_token`: the mark that gave it, and the span that carried it."""
+        if judged.first_token_ns is None or judged.first_token_mark is None:
+            return None
+        span = next((s.name for s in spans if s.span_id == judged.first_token_span), "")
+        if judged.first_token_mark < 0:
+            return {"source": "response end", "mark": "the call's end", "span": span, "exact": True}
+        mark = self.budget.first_token[judged.first_token_mark]
+        return {
+            "source": mark.source,
+            "mark": mark.describe(),
+            "span": span,
+            "exact": not mark.estimate,
+        }
 
     def stage_of(self, node: Node, *, is_root: bool) -> str | None:
         """The first stage (file order) with a selector that matches, else None."""
@@ -129,9 +195,15 @@ class Evaluator:
         return stage or None
 
     def _judge_tree(
-        self, spans: Sequence[Span], evaluated_at: datetime, keep_tree: bool
+        self,
+        spans: Sequence[Span],
+        evaluated_at: datetime,
+        keep_tree: bool,
+        *,
+        response_end: str | None = None,
     ) -> Judged | None:
-        """The reference path, on a `Node` tree."""
+        """The reference path, on a `Node` tree. `response_end`: the span id of an LLM call
+        whose end is the first token (a response not streamed, judged whole)."""
         matched: set[str] = set()
         table = self._table
 
@@ -149,17 +221,21 @@ class Evaluator:
             tree.release()
             return None
         try:
-            first_token = _first_token(tree, self._marks, spans)
-            verdict = self._judge(spans[0].trace_id, tree, matched, first_token, evaluated_at)
+            first = _first_token(tree, self._marks, spans)
+            if response_end is not None:
+                first = _response_end(tree, response_end) or first
+            instant = None if first is None else first.instant
+            verdict = self._judge(spans[0].trace_id, tree, matched, instant, evaluated_at)
             stages = {n.span_id: n.stage for n in tree.nodes if n.stage and not n.virtual}
-            judged = Judged(verdict, tree.root.span_id, stages, first_token)
         except BaseException:
             tree.release()
             raise
+        mark, carrier = (None, None) if first is None else (first.mark, first.span_id)
+        root_span_id = tree.root.span_id
+        kept = tree if keep_tree else None
         if not keep_tree:
             tree.release()
-            return judged
-        return Judged(verdict, judged.root_span_id, stages, first_token, tree)
+        return Judged(verdict, root_span_id, stages, instant, kept, mark, carrier)
 
     def _judge(
         self,
@@ -185,14 +261,6 @@ class Evaluator:
                 stage_ns[node.stage] += node.self_ns
                 parts = breakdown_ns[node.stage]
                 parts[node.name] = parts.get(node.name, 0) + node.self_ns
-        model = next(
-            (
-                value
-                for node in tree.nodes
-                if isinstance(value := node.attributes.get(GEN_AI_REQUEST_MODEL), str)
-            ),
-            None,
-        )
         return self._verdict(
             trace_id,
             matched,
@@ -204,7 +272,7 @@ class Evaluator:
             first_token=first_token,
             error=any(node.error and node.on_path for node in tree.nodes),
             skew_ns=tree.skew_ns,
-            carried=carried_attributes(root.attributes, model),
+            carried=carried_attributes(root.attributes),
             evaluated_at=evaluated_at,
         )
 
@@ -289,17 +357,22 @@ class Evaluator:
         )
 
 
+def _start_of(span_id: str, spans: Sequence[Span]) -> int:
+    return next((s.start_ns for s in spans if s.span_id == span_id), spans[0].start_ns)
+
+
 def evaluate(spans: Sequence[Span], budget: Budget, *, evaluated_at: datetime) -> Verdict | None:
     """One-off evaluation; build an `Evaluator` once to judge many traces."""
     return Evaluator(budget).evaluate(spans, evaluated_at=evaluated_at)
 
 
-# A mark as the evaluator tries it: (attribute or None, event names, anchor, match).
-_Mark = tuple[str | None, frozenset[str], Selector | None, tuple[Selector, ...]]
+# A mark as the evaluator tries it: (attribute or None, event names, anchor, match, the
+# child whose start is the instant or None).
+_Mark = tuple[str | None, frozenset[str], Selector | None, tuple[Selector, ...], Selector | None]
 
 
 def _mark_table(marks: Sequence[FirstTokenMark]) -> tuple[_Mark, ...]:
-    return tuple((m.attribute, m.events, m.anchor, m.match) for m in marks)
+    return tuple((m.attribute, m.events, m.anchor, m.match, m.first_child) for m in marks)
 
 
 def first_token_ns(
@@ -309,26 +382,43 @@ def first_token_ns(
 
     `spans` are the ones the tree was assembled from (event marks read their events).
     """
-    return _first_token(tree, _mark_table(marks), spans)
+    found = _first_token(tree, _mark_table(marks), spans)
+    return None if found is None else found.instant
 
 
-def _first_token(tree: Tree, marks: tuple[_Mark, ...], spans: Sequence[Span]) -> int | None:
-    """The instant of the outermost span that carries a first-token mark (DESIGN §5 rule 2),
-    and on every node that carries one, its own instant as `Node.mark`: each is done with
-    the first token there, for attribution.
+@dataclass(frozen=True, slots=True)
+class _FirstToken:
+    instant: int  # ns since the epoch, never before the root's start
+    mark: int  # its index in the budget's marks
+    span_id: str  # the span that carried it
+
+
+def _first_token(tree: Tree, marks: tuple[_Mark, ...], spans: Sequence[Span]) -> _FirstToken | None:
+    """The instant of the outermost span that carries a first-token mark (DESIGN §5 rule 2)
+    with that mark and span, and on every node that carries one, its own instant as
+    `Node.mark`: each is done with the first token there, for attribution.
 
     On each span the marks are tried in the budget's order and the first that applies
-    counts; among spans, the shallowest wins, then the earliest start.
+    counts; among spans, the shallowest wins, then the earliest start, the earliest
+    instant, the lowest span id (the same whatever order the spans came in).
     """
-    best: tuple[int, int, int] | None = None
+    best: tuple[int, int, int, str] | None = None
+    best_mark = -1
     root = tree.root
     by_id: dict[str, Span] | None = None  # built only when an event mark is tried
     for node in tree.nodes:
         if node.virtual:
             continue
         attributes = node.attributes
-        for key, names, anchor, match in marks:
-            if key is not None:
+        for index, (key, names, anchor, match, child) in enumerate(marks):
+            if child is not None:
+                if match and not _carries(match, node, node is root):
+                    continue
+                start = _first_child_start(node, child)
+                if start is None:
+                    continue
+                instant = start
+            elif key is not None:
                 value = seconds_value(attributes.get(key))
                 if value is None:
                     continue
@@ -349,13 +439,14 @@ def _first_token(tree: Tree, marks: tuple[_Mark, ...], spans: Sequence[Span]) ->
                     continue
                 instant = at + (node.start - span.start_ns)  # shifted with the span
             node.mark = instant
-            candidate = (node.depth, node.start, instant)
+            candidate = (node.depth, node.start, instant, node.span_id)
             if best is None or candidate < best:
                 best = candidate
+                best_mark = index
             break
     if best is None:
         return None
-    return max(best[2], root.start)
+    return _FirstToken(max(best[2], root.start), best_mark, best[3])
 
 
 def _carries(match: tuple[Selector, ...], node: Node, is_root: bool) -> bool:
@@ -364,6 +455,31 @@ def _carries(match: tuple[Selector, ...], node: Node, is_root: bool) -> bool:
         and sel.matches_attributes(node.attributes)
         for sel in match
     )
+
+
+def _response_end(tree: Tree, span_id: str) -> _FirstToken | None:
+    """The end of span `span_id` as the first token (mark -1): a response that came whole.
+    That span is done there, as a marked span is at its mark."""
+    for node in tree.nodes:
+        if node.span_id == span_id and not node.virtual:
+            node.mark = node.end
+            return _FirstToken(max(node.end, tree.root.start), -1, span_id)
+    return None
+
+
+def _first_child_start(node: Node, child: Selector) -> int | None:
+    """The start of the earliest-starting child span that matches `child` (the first of a
+    server's response-body sends), or None when no child matches."""
+    found: int | None = None
+    for kid in node.children:
+        if (
+            not kid.virtual
+            and (found is None or kid.start < found)
+            and child.matches_shape(kid.name, kid.kind, kid.service, False)
+            and child.matches_attributes(kid.attributes)
+        ):
+            found = kid.start
+    return found
 
 
 def _anchor_end(node: Node, anchor: Selector) -> int | None:

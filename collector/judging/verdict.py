@@ -22,17 +22,31 @@ class Status(enum.Enum):
     UNMEASURED = "unmeasured"  # stage: no matching span, when_absent: unmeasured
     ERROR = "error"  # trace: a span on the critical path failed
     INCOMPLETE = "incomplete"  # trace: no first-token mark
+    # A trace with no LLM call in it (a model list, a health check): nothing to judge on
+    # time to first token. Counted and listed, never in the SLO, never a failure.
+    NOT_APPLICABLE = "not_applicable"
+    # A trace whose LLM calls were not streamed: its response came whole. Left out of the
+    # TTFT SLO (the budget's `non_streamed: skip`), its response time reported beside.
+    NOT_STREAMED = "not_streamed"
 
     # Members are singletons: identity hashing is correct and much cheaper than Enum's.
     __hash__ = object.__hash__
 
     @property
     def severity(self) -> int:
-        """Order for "worst of": absent and unmeasured count as ok."""
+        """Order for "worst of": absent and unmeasured count as ok; a trace not judged on
+        time to first token (`not_applicable`, `not_streamed`) below that."""
         return SEVERITY[self]
+
+    @property
+    def in_slo(self) -> bool:
+        """Whether a trace of this status counts in the SLO's share (and its denominator)."""
+        return self not in (Status.NOT_APPLICABLE, Status.NOT_STREAMED)
 
 
 SEVERITY = {
+    Status.NOT_APPLICABLE: -1,
+    Status.NOT_STREAMED: -1,
     Status.OK: 0,
     Status.ABSENT: 0,
     Status.UNMEASURED: 0,
@@ -82,8 +96,18 @@ class Verdict:
     attributes: Mapping[str, str | int | float | bool]
     evaluated_at: datetime
     # Spans the trace lost before it was judged, by reason (`span_too_large`: refused at
-    # intake; `trace_span_limit`: over the per-trace bound); None when it arrived whole.
+    # intake; `trace_span_limit`: over the per-trace bound; `missing_parent`: spans whose
+    # parent is not in the trace, besides its root); None when it arrived whole.
     damaged: Mapping[str, int] | None = None
+    # Where the first token was read: `source` (event, attribute, anchored attribute,
+    # first child, vllm, response end), `mark` (what was read), `span` (the span's name)
+    # and `exact` (false for an estimate); None without a first token.
+    first_token: Mapping[str, str | bool] | None = None
+    # The instrumentation recognised in the trace whose preset judged it (`openllmetry`,
+    # ...); None when the budget in effect judged it as its own.
+    instrumentation: str | None = None
+    # A request not streamed: from its start to its LLM call's whole response, in ms.
+    response_ms: float | None = None
 
     def stage(self, name: str) -> StageResult:
         for result in self.stages:
@@ -95,12 +119,24 @@ class Verdict:
         """This verdict of a trace that lost spans: its numbers are kept (they are what the
         spans that came show) but it is `incomplete`, blames no stage and has no overrun,
         since a missing span may have held the time (DESIGN §6, `damaged`)."""
-        return replace(self, status=Status.INCOMPLETE, blame=(), overrun_ms=0.0, damaged=dict(lost))
+        return replace(
+            self,
+            status=Status.INCOMPLETE,
+            blame=(),
+            overrun_ms=0.0,
+            damaged={**(self.damaged or {}), **lost},
+        )
 
     def to_dict(self) -> dict[str, Any]:
         document = self._document()
         if self.damaged:
             document["damaged"] = dict(self.damaged)
+        if self.first_token is not None:
+            document["first_token"] = dict(self.first_token)
+        if self.instrumentation is not None:
+            document["instrumentation"] = self.instrumentation
+        if self.response_ms is not None:
+            document["response_ms"] = self.response_ms
         return document
 
     def _document(self) -> dict[str, Any]:
@@ -157,6 +193,9 @@ class Verdict:
             attributes=data.get("attributes", {}),
             evaluated_at=datetime.fromisoformat(data["evaluated_at"]),
             damaged=data.get("damaged") or None,
+            first_token=data.get("first_token"),
+            instrumentation=data.get("instrumentation"),
+            response_ms=data.get("response_ms"),
         )
 
 

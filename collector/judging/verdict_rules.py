@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from spanbudget.common.semconv import GEN_AI_REQUEST_MODEL
-
 from ..annotations import LOADTEST_PREFIX
 from ..spans import AttrValue
 from .verdict import StageResult, Status
@@ -91,13 +89,12 @@ def blame(results: Sequence[StageResult], total: Status) -> tuple[str, ...]:
 
 
 def carried_attributes(
-    root_attributes: Mapping[str, AttrValue], model: str | None
+    root_attributes: Mapping[str, AttrValue],
 ) -> dict[str, str | int | float | bool]:
-    """Load-test ids from the root, and the requested model from the outermost span."""
+    """Load-test ids from the root (the model and tokens come from the LLM call, after:
+    `requests.settle`)."""
     out: dict[str, str | int | float | bool] = {}
     for key, value in root_attributes.items():
         if key.startswith(LOADTEST_PREFIX) and isinstance(value, str | int | float | bool):
             out[key] = value
-    if model is not None:
-        out[GEN_AI_REQUEST_MODEL] = model
     return out

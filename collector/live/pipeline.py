@@ -36,7 +36,8 @@ from ..core.metrics import CollectorMetrics, MetricsSink
 from ..intake.jaeger_pull import JaegerPull
 from ..intake.journal import Journal, JournalSink
 from ..intake.receiver import Intake
-from ..judging.evaluate import Evaluator
+from ..judging.auto import Judges
+from ..judging.evaluate import Judge
 from ..readers import read_jaeger_api
 from ..sinks.alerting import AlertsSink, build_alerts
 from ..sinks.forward import Forwarder
@@ -117,7 +118,7 @@ def assemble(
     alerts: bool = True,
     sinks: Sequence[VerdictSink] = (),
     clock: Callable[[], float] = time.monotonic,
-    make_evaluator: Callable[[Budget], Evaluator] = Evaluator,
+    make_evaluator: Callable[[Budget], Judge] = Judges,
 ) -> Pipeline:
     """The collector `settings` describe, judging against `budget`; not started.
 

@@ -60,20 +60,24 @@ def _span(span: Span) -> dict[str, Any]:
 
 def otlp_json(spans: Sequence[Span]) -> dict[str, Any]:
     """Spans as one OTLP/JSON `ExportTraceServiceRequest`: a resource per service and host,
-    in the order they first appear; `service.name` and `host.name` are what a span keeps
-    of its resource."""
-    resources: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+    and in it a scope per instrumentation scope, in the order they first appear;
+    `service.name` and `host.name` are what a span keeps of its resource (a span whose
+    scope is not known is under spanbudget's own)."""
+    resources: dict[tuple[str, str | None], dict[str, list[dict[str, Any]]]] = {}
     for span in spans:
-        resources.setdefault((span.service, span.host), []).append(_span(span))
+        scopes = resources.setdefault((span.service, span.host), {})
+        scopes.setdefault(span.scope or _SCOPE, []).append(_span(span))
     resource_spans = []
-    for (service, host), items in resources.items():
+    for (service, host), scopes in resources.items():
         pairs: list[tuple[str, AttrValue]] = [("service.name", service)]
         if host is not None:
             pairs.append(("host.name", host))
         resource_spans.append(
             {
                 "resource": {"attributes": _attributes(pairs)},
-                "scopeSpans": [{"scope": {"name": _SCOPE}, "spans": items}],
+                "scopeSpans": [
+                    {"scope": {"name": scope}, "spans": items} for scope, items in scopes.items()
+                ],
             }
         )
     return {"resourceSpans": resource_spans}

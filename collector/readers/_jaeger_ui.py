@@ -87,6 +87,7 @@ def _span(raw: Any, processes: dict[str, Any], trace_id: Any, source: str, where
     attributes: dict[str, AttrValue] = {}
     kind = SpanKind.INTERNAL
     error = False
+    scope: str | None = None
     tags = raw.get("tags") or []
     if not isinstance(tags, list):
         raise TraceReadError(source, f"{where}.tags must be a list")
@@ -98,6 +99,8 @@ def _span(raw: Any, processes: dict[str, Any], trace_id: Any, source: str, where
             error = error or value is True or value == "true"
         elif key == "otel.status_code":
             error = error or value == "ERROR"
+        elif key in ("otel.scope.name", "otel.library.name") and isinstance(value, str):
+            scope = value or scope
         if key not in _DERIVED_TAGS:
             attributes[key] = value
 
@@ -116,6 +119,7 @@ def _span(raw: Any, processes: dict[str, Any], trace_id: Any, source: str, where
         error=error,
         events=_events(raw.get("logs"), f"{where}.logs", source),
         host=_host(process),
+        scope=scope,
     )
 
 

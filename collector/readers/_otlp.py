@@ -62,6 +62,7 @@ def spans_from_otlp(
         service = _service_name(resource)
         host = _host(resource)
         for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name or None
             for span in scope_spans.spans:
                 trace_id = span.trace_id
                 span_id = span.span_id
@@ -96,6 +97,7 @@ def spans_from_otlp(
                         span.status.code == STATUS_CODE_ERROR,
                         first_events((e.name, e.time_unix_nano) for e in events) if events else (),
                         host,
+                        scope,
                     )
                 )
     return spans

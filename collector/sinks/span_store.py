@@ -21,7 +21,7 @@ from typing import Any
 
 from ..core.decisions import Decisions, Retention
 from ..core.metrics import CollectorMetrics
-from ..spans import Span, SpanKind
+from ..spans import Span, SpanEvent, SpanKind
 from .settings import StoreSettings
 from .store import connect
 
@@ -40,9 +40,11 @@ CREATE TABLE IF NOT EXISTS trace_spans (
 CREATE INDEX IF NOT EXISTS trace_spans_time ON trace_spans (stored_at);
 """
 # The first element of every stored body, to read old rows after a change: format 2 added
-# each span's host (format 1's rows are read with none).
-_FORMAT = 2
-_FORMATS = (1, 2)
+# each span's host, format 3 its events and its instrumentation scope (the marks of
+# instrumentations that put the first token in an event, and what recognises them);
+# older rows are read without them.
+_FORMAT = 3
+_FORMATS = (1, 2, 3)
 
 
 def encode_spans(spans: Sequence[Span]) -> bytes:
@@ -59,6 +61,8 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
             dict(s.attributes),
             s.error,
             s.host,
+            [list(event) for event in s.events],
+            s.scope,
         ]
         for s in spans
     ]
@@ -82,9 +86,11 @@ def decode_spans(body: bytes) -> list[Span]:
             service=service,
             attributes={k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()},
             error=error,
-            host=host[0] if host else None,
+            host=later[0] if later else None,
+            events=tuple(SpanEvent(n, t) for n, t in later[1]) if len(later) > 1 else (),
+            scope=later[2] if len(later) > 2 else None,
         )
-        for span_id, parent, name, start, end, kind, service, attrs, error, *host in rows
+        for span_id, parent, name, start, end, kind, service, attrs, error, *later in rows
     ]
 
 

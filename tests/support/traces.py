@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from spanbudget.collector.spans import AttrValue, Span, SpanKind
+from spanbudget.collector.spans import AttrValue, Span, SpanKind, first_events
 
 T0_NS = 1_760_000_000_000_000_000  # an arbitrary wall-clock origin
 _MS = 1_000_000
@@ -31,7 +31,10 @@ class TraceBuilder:
         error: bool = False,
         attributes: dict[str, AttrValue] | None = None,
         host: str | None = None,
+        events: dict[str, float] | None = None,
+        scope: str | None = None,
     ) -> str:
+        """The new span's id; `events` are span events by name, at their ms from T0."""
         span_id = f"{next(self._ids):016x}"
         self.spans.append(
             Span(
@@ -46,6 +49,10 @@ class TraceBuilder:
                 attributes=attributes or {},
                 error=error,
                 host=host,
+                events=first_events(
+                    (name, T0_NS + round(ms * _MS)) for name, ms in (events or {}).items()
+                ),
+                scope=scope,
             )
         )
         return span_id

@@ -32,8 +32,13 @@ def test_every_preset_loads_strictly_and_fits_its_total(name: str) -> None:
     assert budget.preset == name
     assert sum(s.limit_ms for s in budget.stages) <= budget.total_limit_ms
     assert sum(s.target_ms for s in budget.stages) <= budget.total_target_ms
-    # Every preset falls back to vLLM's own mark when the engine is in the trace.
-    assert budget.first_token[-1].attribute == "gen_ai.latency.time_to_first_token"
+    # Every preset falls back to vLLM's own mark when the engine is in the trace, and the
+    # libraries' presets last of all to the server's first body send.
+    sources = [mark.source for mark in budget.first_token]
+    assert "vllm" in sources
+    if not name.startswith("vllm"):
+        assert sources[-1] == "first child"
+        assert sources.index("vllm") == len(sources) - 2
 
 
 def test_preset_marks_as_the_research_found_them() -> None:
@@ -216,11 +221,22 @@ def test_no_first_token_list_is_the_default() -> None:
     )
 
 
+ONE_OF = "one of `attribute`, `event` or `first_child`"
+
+
 @pytest.mark.parametrize(
     ("marks", "field", "problem"),
     [
-        ("  - {anchor: span_start}", "first_token[0]", "either `attribute` or `event`"),
-        ("  - {attribute: a, event: b}", "first_token[0]", "either `attribute` or `event`"),
+        (
+            "  - {anchor: span_start}",
+            "first_token[0]",
+            "one of `attribute`, `event` or `first_child`",
+        ),
+        (
+            "  - {attribute: a, event: b}",
+            "first_token[0]",
+            "one of `attribute`, `event` or `first_child`",
+        ),
         ("  - {event: b, anchor: span_start}", "first_token[0].anchor", "instant of its own"),
         ("  - {attribute: a, anchor: end}", "first_token[0].anchor", "expected a mapping"),
         ("  - {attribute: a, anchor: {child: {}}}", "first_token[0].anchor.child", "unknown key"),

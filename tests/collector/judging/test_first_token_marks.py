@@ -161,7 +161,11 @@ def test_without_first_token_the_default_marks_ignore_events() -> None:
     b = app_with_chat(post=False, engine=False)
     with_events(b, b.spans[1].span_id, ("chunk.new", 33.0))
     default = parse_budget((BUDGET % "").replace("\n\n", "\n")).budget
-    assert judge(default, b.spans).status is Status.INCOMPLETE
+    verdict = judge(default, b.spans)
+    assert verdict.ttft_ms is None
+    # Nothing in it is an LLM call by the conventions' names or by a mark the budget
+    # reads: not a request to judge on time to first token.
+    assert verdict.status is Status.NOT_APPLICABLE
 
 
 @pytest.mark.parametrize("compiled", [True, False] if COMPILED else [False])

@@ -116,9 +116,20 @@ def test_everything_within_targets(budget: Budget) -> None:
         "attributes": {
             "loadtest.run_id": "run-1",
             "loadtest.request_index": 7,
+            # The LLM call's: the caller's span names the model, the engine's counts the
+            # prompt's tokens.
             "gen_ai.request.model": "qwen2.5-7b",
+            "gen_ai.usage.input_tokens": 512,
         },
         "evaluated_at": "2026-12-02T12:00:00.000+00:00",
+        # The caller's own mark, the outermost.
+        "first_token": {
+            "source": "attribute",
+            "mark": "attribute gen_ai.response.time_to_first_chunk (seconds after the span's"
+            " start)",
+            "span": "chat qwen2.5-7b",
+            "exact": True,
+        },
     }
 
 

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from spanbudget.collector.check import evaluate_spans
 
 from tests.support.collector import Collector, otlp_json, running_collector
 from tests.support.otlp import to_request
@@ -246,10 +247,11 @@ def test_healthz_answers_while_hostile_and_large_bodies_are_decoded(collector: C
     assert slowest < 1.0, f"/healthz took {slowest:.2f} s"
 
 
-def test_a_trace_missing_a_span_in_between_is_damaged_not_blamed(tmp_path: Path) -> None:
-    """The gateway's server span never arrives: its children are orphans beside the root,
-    so the trace is judged damaged (missing_parent). A server-only trace, whose one orphan
-    is its root, and a whole trace are not."""
+def test_a_trace_missing_a_span_in_between_is_judged_and_marked_damaged(tmp_path: Path) -> None:
+    """The gateway's server span never arrives: its children are orphans, judged as
+    children of the root (DESIGN §5 rule 1), so the trace is judged as `check` judges it
+    and marked damaged (missing_parent), which keeps it out of the alert windows. A
+    server-only trace, whose one orphan is its root, and a whole trace are not."""
     holed = rag_trace(trace_id="a1" * 16, retrieval=30)
     server = next(s for s in holed.spans if s.name.startswith("POST /v1/chat"))
     orphans = sum(1 for s in holed.spans if s.parent_span_id == server.span_id)
@@ -261,6 +263,9 @@ def test_a_trace_missing_a_span_in_between_is_damaged_not_blamed(tmp_path: Path)
         assert running.post(body, PROTOBUF).status_code == 200
         damaged = running.verdict("a1" * 16)
         assert damaged["damaged"] == {"missing_parent": orphans}
-        assert (damaged["status"], damaged["blame"]) == ("incomplete", [])
+        checked = evaluate_spans(spans, running.pipeline.core.budget).verdicts[0].to_dict()
+        for key in ("status", "ttft_ms", "blame", "damaged", "stages"):
+            assert damaged[key] == checked[key], key  # the same verdict everywhere
+        assert damaged["status"] != "incomplete"  # judged, not set aside
         for trace_id in ("a2" * 16, "a3" * 16):
             assert "damaged" not in running.verdict(trace_id)

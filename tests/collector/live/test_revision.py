@@ -20,10 +20,11 @@ def test_a_late_span_within_the_horizon_revises_the_verdict(tmp_path: Path) -> N
         assert running.post(to_request(early).SerializeToString(), PROTOBUF).status_code == 200
         first = running.verdict("b1" * 16)
         assert first["damaged"] == {"missing_parent": 2}  # its two children, orphaned
-        assert (first["status"], first["blame"]) == ("incomplete", [])
+        # Judged all the same (DESIGN §5 rule 1), its orphans as children of the root.
+        assert first["status"] != "incomplete"
         assert "revisions" not in first
         page = running.client.get(f"/traces/{'b1' * 16}").text
-        assert "damaged: 2 missing parent (not blamed as if whole)" in page
+        assert "damaged: 2 missing parent (judged as children of the root" in page
 
         body = to_request([retrieval]).SerializeToString()
         assert running.post(body, PROTOBUF).status_code == 200

@@ -37,6 +37,7 @@ def test_otel_proto_example_uppercase_hex_is_lowercased(shared_fixtures: Path) -
         service="my.service",
         attributes={"my.span.attr": "some value"},
         error=False,
+        scope="my.library",  # the instrumentation scope, which recognition reads
     )
 
 
@@ -70,6 +71,7 @@ def _telemetrygen_span() -> Span:
         service="telemetrygen",
         attributes={"net.peer.ip": "1.2.3.4", "peer.service": "telemetrygen-client"},
         error=False,
+        scope="telemetrygen",  # in Jaeger's JSON, its otel.scope.name tag
     )
 
 

@@ -1,0 +1,338 @@
+"""What kind of request a trace was: its LLM calls, whether they streamed, and which one's
+first token ended the window; and the verdict settled on that (DESIGN §5 rules 0 and 7,
+as the project's notes extend them).
+
+A trace judged against a TTFT budget is about a streamed LLM call. One with no LLM call
+in it (a model list, a health check) is `not_applicable`; one whose calls were not
+streamed is `not_streamed`, its response time beside (or, with the budget's
+`non_streamed: judge`, judged with the whole response as its first token). Neither
+counts in the SLO. The verdict's model and token counts come from the LLM call whose
+first token ended the window, not from whichever span names a model first (an
+embeddings call before the chat, in a RAG app).
+
+The names each instrumentation writes (tests/collector/budget/presets/ runs them):
+an LLM call is a span with `gen_ai.operation.name` chat, text_completion or
+generate_content (the GenAI conventions: OpenTelemetry's instrumentations, OpenLLMetry,
+OpenLIT, the reference path), OpenInference's `openinference.span.kind` LLM with a model
+(its `models.list()` span is an LLM span without one), OpenLLMetry's older
+`llm.request.type`, or vLLM's `llm_request`. Streamed: `gen_ai.request.stream`,
+`gen_ai.is_streaming`, or `stream` in OpenInference's `llm.invocation_parameters`; where
+a call says nothing (OpenTelemetry's openai-v2), the server's spans tell, when they are
+in the trace: a streamed response is sent in many body messages, a whole one in one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from spanbudget.common.semconv import (
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_REQUEST_MODEL,
+    GEN_AI_REQUEST_STREAM,
+    GEN_AI_USAGE_COMPLETION_TOKENS,
+    GEN_AI_USAGE_INPUT_TOKENS,
+    GEN_AI_USAGE_OUTPUT_TOKENS,
+    GEN_AI_USAGE_PROMPT_TOKENS,
+    VLLM_REQUEST_SPAN,
+)
+
+from ..budget.model import Budget, FirstTokenMark, NonStreamed
+from ..spans import AttrValue, Span, SpanKind
+from .verdict import Status, Verdict
+from .verdict_rules import round_ms
+
+__all__ = [
+    "LlmRequest",
+    "is_llm_call",
+    "read_request",
+    "settle",
+    "streamed",
+]
+
+LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+_MODEL = (GEN_AI_REQUEST_MODEL, "gen_ai.response.model", "llm.model_name")
+_INPUT_TOKENS = (GEN_AI_USAGE_INPUT_TOKENS, "llm.token_count.prompt", GEN_AI_USAGE_PROMPT_TOKENS)
+_OUTPUT_TOKENS = (
+    GEN_AI_USAGE_OUTPUT_TOKENS,
+    "llm.token_count.completion",
+    GEN_AI_USAGE_COMPLETION_TOKENS,
+)
+_STREAM_FLAGS = (GEN_AI_REQUEST_STREAM, "gen_ai.is_streaming")
+_INVOCATION_PARAMETERS = "llm.invocation_parameters"
+_OPENINFERENCE_KIND = "openinference.span.kind"
+# opentelemetry-instrumentation-asgi's spans of each message a server sends.
+_ASGI_EVENT = "asgi.event.type"
+_BODY_SENT = "http.response.body"
+
+
+def is_llm_call(span: Span) -> bool:
+    """Whether `span` is a call to a language model (not an embeddings call, not a
+    retrieval, not a model list)."""
+    attributes = span.attributes
+    if attributes.get(GEN_AI_OPERATION_NAME) in LLM_OPERATIONS:
+        return True
+    if attributes.get(_OPENINFERENCE_KIND) == "LLM":
+        return _first_text(attributes, _MODEL) is not None
+    if attributes.get("llm.request.type") in ("chat", "completion"):
+        return True
+    return span.name == VLLM_REQUEST_SPAN
+
+
+def streamed(span: Span) -> bool | None:
+    """What the call's own attributes say of streaming: True, False, or None (silent)."""
+    attributes = span.attributes
+    for key in _STREAM_FLAGS:
+        flag = _flag(attributes.get(key))
+        if flag is not None:
+            return flag
+    parameters = attributes.get(_INVOCATION_PARAMETERS)
+    if isinstance(parameters, str):
+        try:
+            decoded = json.loads(parameters)
+        except ValueError:
+            return None
+        if isinstance(decoded, dict):
+            # OpenInference leaves `stream` out of a call that was not streamed.
+            return _flag(decoded.get("stream")) or False
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class LlmRequest:
+    """What a trace's spans say of its LLM calls. `streamed`: True when any call streamed,
+    False when every call is known not to have, None when they do not say; `response_end`
+    the span id and end of the outermost call that ended last (the whole response);
+    `attributes` the model and token counts of the call the first token came from."""
+
+    calls: int
+    streamed: bool | None
+    response_end: tuple[str, int] | None
+    attributes: Mapping[str, str | int]
+
+
+def read_request(
+    spans: Sequence[Span],
+    first_token_span: str | None,
+    marks: Sequence[FirstTokenMark] = (),
+) -> LlmRequest:
+    """The LLM calls of one trace's spans, and which one the first token (carried by span
+    `first_token_span`, if any) came from. A span that carries the attribute or the event
+    of one of the budget's `marks` counts as a call too, whatever its names (an app's own
+    instrumentation, which the budget was written for)."""
+    by_id = {span.span_id: span for span in spans}
+    children: dict[str, list[Span]] = {}
+    for span in spans:
+        if span.parent_span_id is not None:
+            children.setdefault(span.parent_span_id, []).append(span)
+    keys = {mark.attribute for mark in marks if mark.attribute is not None}
+    events = frozenset(name for mark in marks for name in mark.events)
+    calls = [span for span in spans if is_llm_call(span) or _marked(span, keys, events)]
+    if not calls:
+        return LlmRequest(0, None, None, {})
+    call_ids = {call.span_id for call in calls}
+    # What the caller saw decides: the outermost calls (an engine's span under an app's
+    # call says nothing of whether the app streamed), each by its own word, else by the
+    # first call below it that says.
+    outermost = [c for c in calls if not _has_ancestor_in(c, call_ids, by_id)] or calls
+    flags = [_streaming_of(call, call_ids, children) for call in outermost]
+    stream = True if True in flags else (False if None not in flags else None)
+    last = max(outermost, key=lambda c: (c.end_ns, c.span_id))
+    chosen = _call_of(first_token_span, call_ids, by_id) or _chosen(outermost, flags)
+    return LlmRequest(
+        len(calls),
+        stream,
+        (last.span_id, last.end_ns),
+        _attributes_of(chosen, call_ids, children),
+    )
+
+
+def settle(
+    verdict: Verdict,
+    request: LlmRequest,
+    budget: Budget,
+    spans: Sequence[Span],
+    *,
+    first_token: Mapping[str, str | bool] | None,
+    window_start_ns: int,
+) -> Verdict:
+    """The verdict as the request makes it: `not_applicable` without an LLM call and a
+    first token, `not_streamed` when no call streamed (unless the budget judges those),
+    `incomplete` blaming nothing; the LLM call's model and tokens in its attributes; the
+    spans whose parent is not in the trace, besides its root, as `damaged`
+    (`missing_parent`, DESIGN §5 rule 1: judged all the same)."""
+    attributes = {**verdict.attributes, **request.attributes}
+    damaged = verdict.damaged
+    missing = _missing_parents(spans)
+    if missing:
+        damaged = {**(damaged or {}), "missing_parent": missing}
+    settled = replace(verdict, attributes=attributes, damaged=damaged, first_token=first_token)
+    if verdict.ttft_ms is None and request.calls == 0:  # an error or not: no LLM call
+        return _blaming_nothing(settled, Status.NOT_APPLICABLE)
+    skip = budget.non_streamed is NonStreamed.SKIP
+    if request.streamed is False and skip and verdict.status is not Status.ERROR:
+        whole = request.response_end
+        response_ms = None if whole is None else round_ms(whole[1] - window_start_ns)
+        settled = replace(settled, ttft_ms=None, first_token=None, response_ms=response_ms)
+        return _blaming_nothing(settled, Status.NOT_STREAMED)
+    if verdict.status is Status.INCOMPLETE:
+        return _blaming_nothing(settled, Status.INCOMPLETE)
+    return settled
+
+
+def _blaming_nothing(verdict: Verdict, status: Status) -> Verdict:
+    """A verdict without a window to judge: measured to the root's end, so no stage is
+    above ok, nothing is blamed and nothing overran (the stage times stay, as what the
+    spans took)."""
+    stages = tuple(
+        replace(stage, status=Status.OK) if stage.status.severity > 0 else stage
+        for stage in verdict.stages
+    )
+    return replace(
+        verdict,
+        status=status,
+        total_status=status,
+        stages=stages,
+        blame=(),
+        overrun_ms=0.0,
+    )
+
+
+def _marked(span: Span, keys: set[str], events: frozenset[str]) -> bool:
+    if any(key in span.attributes for key in keys):
+        return True
+    return bool(events) and any(event.name in events for event in span.events)
+
+
+def _flag(value: AttrValue | None) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return None
+
+
+def _streamed_or_told(call: Span, children: Mapping[str, list[Span]]) -> bool | None:
+    """`streamed`, else what the server under the call says: a SERVER span below it that
+    sent its response body in more than one message streamed it."""
+    said = streamed(call)
+    if said is not None:
+        return said
+    for span in _below(call, children):
+        if span.kind is SpanKind.SERVER:
+            kids = children.get(span.span_id, ())
+            sends = sum(1 for kid in kids if kid.attributes.get(_ASGI_EVENT) == _BODY_SENT)
+            if sends:
+                return sends > 1
+    return None
+
+
+def _below(span: Span, children: Mapping[str, list[Span]]) -> list[Span]:
+    """The spans under `span`, depth first in their order, each once (a trace whose spans
+    name each other as parents is walked once round)."""
+    out: list[Span] = []
+    seen = {span.span_id}
+    pending = list(reversed(children.get(span.span_id, ())))
+    while pending:
+        below = pending.pop()
+        if below.span_id in seen:
+            continue
+        seen.add(below.span_id)
+        out.append(below)
+        pending.extend(reversed(children.get(below.span_id, ())))
+    return out
+
+
+def _has_ancestor_in(span: Span, ids: set[str], by_id: Mapping[str, Span]) -> bool:
+    parent = span.parent_span_id
+    seen = 0
+    while parent is not None and parent in by_id and seen < len(by_id):
+        if parent in ids:
+            return True
+        parent = by_id[parent].parent_span_id
+        seen += 1
+    return False
+
+
+def _call_of(span_id: str | None, ids: set[str], by_id: Mapping[str, Span]) -> Span | None:
+    """The outermost LLM call at or above span `span_id`: the call the caller made, which
+    the first token came out of (a server span's first body send, an engine's own mark)."""
+    found = None
+    seen = 0
+    while span_id is not None and span_id in by_id and seen <= len(by_id):
+        if span_id in ids:
+            found = by_id[span_id]
+        span_id = by_id[span_id].parent_span_id
+        seen += 1
+    return found
+
+
+def _streaming_of(call: Span, ids: set[str], children: Mapping[str, list[Span]]) -> bool | None:
+    """Whether an outermost call streamed: its own word (or its server's), else that of
+    the first LLM call below it that says."""
+    said = _streamed_or_told(call, children)
+    if said is not None:
+        return said
+    for span in _below(call, children):
+        if span.span_id in ids:
+            said = _streamed_or_told(span, children)
+            if said is not None:
+                return said
+    return None
+
+
+def _chosen(outermost: list[Span], flags: list[bool | None]) -> Span:
+    """Without a first token: a streamed call if one is, else the latest to end."""
+    for call, flag in zip(outermost, flags, strict=True):
+        if flag:
+            return call
+    return max(outermost, key=lambda c: (c.end_ns, c.span_id))
+
+
+def _attributes_of(
+    call: Span, ids: set[str], children: Mapping[str, list[Span]]
+) -> dict[str, str | int]:
+    """The model and token counts of `call`, or of the LLM calls below it (depth first)
+    for what it does not name itself (a caller's span names the model, the engine's the
+    tokens)."""
+    order = [call, *(span for span in _below(call, children) if span.span_id in ids)]
+    out: dict[str, str | int] = {}
+    for span in order:
+        attributes = span.attributes
+        if GEN_AI_REQUEST_MODEL not in out:
+            model = _first_text(attributes, _MODEL)
+            if model is not None:
+                out[GEN_AI_REQUEST_MODEL] = model
+        for key, names in (
+            (GEN_AI_USAGE_INPUT_TOKENS, _INPUT_TOKENS),
+            (GEN_AI_USAGE_OUTPUT_TOKENS, _OUTPUT_TOKENS),
+        ):
+            if key not in out:
+                count = _first_count(attributes, names)
+                if count is not None:
+                    out[key] = count
+    return out
+
+
+def _first_text(attributes: Mapping[str, AttrValue], keys: Sequence[str]) -> str | None:
+    for key in keys:
+        value = attributes.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _first_count(attributes: Mapping[str, AttrValue], keys: Sequence[str]) -> int | None:
+    for key in keys:
+        value = attributes.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
+def _missing_parents(spans: Sequence[Span]) -> int:
+    """Spans whose parent is not in the trace, besides the one that is its root."""
+    ids = {span.span_id for span in spans}
+    orphans = sum(1 for span in spans if span.parent_span_id not in ids)
+    return max(0, orphans - 1)

@@ -1,0 +1,236 @@
+"""The request a trace was, as the evaluator settles its verdict: only a streamed LLM call
+is judged on time to first token; a trace with no LLM call is `not_applicable`, one whose
+calls were not streamed `not_streamed` (or judged whole, when the budget says so); an
+`incomplete` trace blames nothing; the model and tokens are the first token's LLM call's;
+the first token names its source; a span whose parent is missing marks the verdict
+damaged but is judged all the same (DESIGN §5 rule 1). On both evaluator paths."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+from spanbudget.collector.budget.loader import load_budget, load_preset
+from spanbudget.collector.budget.model import Budget, NonStreamed
+from spanbudget.collector.judging.evaluate import COMPILED, Evaluator
+from spanbudget.collector.judging.llm_calls import streamed
+from spanbudget.collector.judging.verdict import Status, Verdict
+from spanbudget.collector.spans import Span, SpanKind
+
+from tests.support.layout import REPO
+from tests.support.traces import TraceBuilder, rag_trace
+
+NOW = datetime(2026, 12, 7, tzinfo=UTC)
+OPENLLMETRY = load_preset("openllmetry").budget
+GENAI = load_preset("genai").budget
+OPENLIT = load_preset("openlit").budget
+CHUNK = "gen_ai.content.completion.chunk"
+PATHS = [True, False] if COMPILED else [False]
+
+
+def judged(budget: Budget, spans: list[Span]) -> Verdict:
+    """The verdict, the same on both paths."""
+    verdicts = [
+        Evaluator(budget, compiled=compiled).evaluate(spans, evaluated_at=NOW) for compiled in PATHS
+    ]
+    assert verdicts[0] is not None
+    assert all(v == verdicts[0] for v in verdicts)
+    return verdicts[0]
+
+
+def openllmetry_app(*, stream: bool = True, chunk_ms: float | None = 50.0) -> TraceBuilder:
+    """An app's root span, an embeddings call, then a chat call, as OpenLLMetry traces
+    them; vLLM's span under the chat (the context passed on)."""
+    trace = TraceBuilder()
+    root = trace.add("handle question", 0, 300, service="app")
+    trace.add(
+        "openai.embeddings", 2, 12, parent=root, kind=SpanKind.CLIENT, service="app",
+        attributes={
+            "gen_ai.operation.name": "embeddings", "gen_ai.request.model": "embed-small",
+            "gen_ai.usage.input_tokens": 4, "gen_ai.is_streaming": False,
+        },
+    )  # fmt: skip
+    chat = trace.add(
+        "openai.chat", 15, 280, parent=root, kind=SpanKind.CLIENT, service="app",
+        attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "chat-large",
+            "gen_ai.usage.input_tokens": 26, "gen_ai.usage.output_tokens": 8,
+            "gen_ai.is_streaming": stream,
+        },
+        events={CHUNK: chunk_ms} if chunk_ms is not None else None,
+    )  # fmt: skip
+    trace.add(
+        "llm_request", 20, 270, parent=chat, kind=SpanKind.SERVER, service="vllm",
+        attributes={
+            "gen_ai.latency.time_to_first_token": 0.025,
+            "gen_ai.latency.time_in_queue": 0.001,
+            "gen_ai.latency.time_in_model_prefill": 0.02,
+            "gen_ai.usage.prompt_tokens": 26,
+        },
+    )  # fmt: skip
+    return trace
+
+
+def test_a_streamed_call_is_judged_with_its_own_model_and_tokens() -> None:
+    """Not the embeddings call's, which names a model and tokens first."""
+    verdict = judged(OPENLLMETRY, openllmetry_app().spans)
+    assert verdict.status is not Status.INCOMPLETE
+    assert verdict.ttft_ms == 50.0
+    assert verdict.attributes["gen_ai.request.model"] == "chat-large"
+    assert verdict.attributes["gen_ai.usage.input_tokens"] == 26
+    assert verdict.attributes["gen_ai.usage.output_tokens"] == 8
+    assert verdict.first_token == {
+        "source": "event",
+        "mark": f"event {CHUNK} or llm.content.completion.chunk",
+        "span": "openai.chat",
+        "exact": True,
+    }
+    assert verdict.to_dict()["first_token"]["source"] == "event"
+
+
+def test_a_call_not_streamed_is_left_out_with_its_response_time() -> None:
+    """vLLM's own first token is in the trace, but the app got the answer whole."""
+    spans = openllmetry_app(stream=False, chunk_ms=None).spans
+    verdict = judged(OPENLLMETRY, spans)
+    assert verdict.status is Status.NOT_STREAMED
+    assert not verdict.status.in_slo
+    assert verdict.ttft_ms is None
+    assert verdict.response_ms == 280.0  # the chat call's end
+    assert verdict.blame == ()
+    assert verdict.overrun_ms == 0
+    assert verdict.attributes["gen_ai.request.model"] == "chat-large"
+    # Judged whole when the budget says so: the call's end is its first token.
+    whole = judged(replace(OPENLLMETRY, non_streamed=NonStreamed.JUDGE), spans)
+    assert whole.status in (Status.OK, Status.WARN, Status.OVERRUN)
+    assert whole.ttft_ms == 280.0
+    assert whole.first_token is not None
+    assert whole.first_token["source"] == "response end"
+
+
+def test_a_trace_with_no_llm_call_is_not_applicable() -> None:
+    """A model list, as OpenLIT's httpx instrumentor traces it: a root GET, nothing else."""
+    trace = TraceBuilder()
+    trace.add(
+        "GET", 0, 4, kind=SpanKind.CLIENT, service="app",
+        attributes={"http.method": "GET", "http.url": "http://127.0.0.1/v1/models"},
+    )  # fmt: skip
+    verdict = judged(OPENLIT, trace.spans)
+    assert verdict.status is Status.NOT_APPLICABLE
+    assert verdict.ttft_ms is None
+    assert verdict.blame == ()
+    assert verdict.total_status is Status.NOT_APPLICABLE
+
+
+def test_incomplete_blames_nothing() -> None:
+    """No mark: the stages' times are measured to the root's end, past any window; none
+    is above ok, nothing is blamed, nothing overran (they would be: 2 s of llm)."""
+    trace = TraceBuilder()
+    root = trace.add("handle question", 0, 2500, service="app")
+    trace.add(
+        "openai.chat", 5, 2400, parent=root, kind=SpanKind.CLIENT, service="app",
+        attributes={"gen_ai.operation.name": "chat", "gen_ai.is_streaming": True},
+    )  # fmt: skip
+    verdict = judged(OPENLLMETRY, trace.spans)
+    assert verdict.status is Status.INCOMPLETE
+    assert verdict.status.in_slo  # a streamed request that lost its first token
+    assert verdict.stage("llm").ms is not None
+    assert verdict.stage("llm").ms > verdict.stage("llm").limit_ms
+    assert all(stage.status.severity <= 0 for stage in verdict.stages)
+    assert verdict.blame == ()
+    assert verdict.overrun_ms == 0
+
+
+@pytest.mark.parametrize(
+    ("attributes", "expected"),
+    [
+        ({"gen_ai.request.stream": True}, True),
+        ({"gen_ai.request.stream": False}, False),
+        ({"gen_ai.is_streaming": "true"}, True),
+        ({"llm.invocation_parameters": '{"model": "m", "stream": true}'}, True),
+        ({"llm.invocation_parameters": '{"model": "m"}'}, False),  # OpenInference's way
+        ({"llm.invocation_parameters": "not json"}, None),
+        ({}, None),
+    ],
+)
+def test_what_a_calls_attributes_say_of_streaming(
+    attributes: dict[str, object], expected: bool | None
+) -> None:
+    span = Span("0" * 32, "1" * 16, "chat", 0, 1, attributes=attributes)  # type: ignore[arg-type]
+    assert streamed(span) is expected
+
+
+def genai_app(body_sends: int) -> TraceBuilder:
+    """OpenTelemetry's openai-v2 (no stream flag, no mark), its context passed to a server
+    traced by the FastAPI instrumentation: `http send` spans per message sent."""
+    trace = TraceBuilder()
+    root = trace.add("handle question", 0, 200, service="app")
+    chat = trace.add(
+        "chat m", 5, 190, parent=root, kind=SpanKind.CLIENT, service="app",
+        attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"},
+        scope="opentelemetry.util.genai.handler",
+    )  # fmt: skip
+    server = trace.add(
+        "POST /v1/chat/completions", 8, 185, parent=chat, kind=SpanKind.SERVER, service="llm"
+    )
+    trace.add(
+        "POST /v1/chat/completions http send", 20, 20.1, parent=server, service="llm",
+        attributes={"asgi.event.type": "http.response.start"},
+    )  # fmt: skip
+    for i in range(body_sends):
+        at = 60 + i * 10
+        trace.add(
+            "POST /v1/chat/completions http send", at, at + 0.1, parent=server, service="llm",
+            attributes={"asgi.event.type": "http.response.body"},
+        )  # fmt: skip
+    return trace
+
+
+def test_the_servers_first_body_send_is_the_first_token_where_nothing_else_is() -> None:
+    verdict = judged(GENAI, genai_app(body_sends=6).spans)
+    assert verdict.ttft_ms == 60.0
+    assert verdict.first_token == {
+        "source": "first child",
+        "mark": GENAI.first_token[-1].describe(),
+        "span": "POST /v1/chat/completions",
+        "exact": True,
+    }
+    assert verdict.attributes["gen_ai.request.model"] == "m"
+    # One body message: the response came whole, whatever the client's span says.
+    whole = judged(GENAI, genai_app(body_sends=1).spans)
+    assert whole.status is Status.NOT_STREAMED
+    assert whole.response_ms == 190.0
+
+
+def test_openlits_value_without_its_http_child_is_an_estimate() -> None:
+    trace = TraceBuilder()
+    root = trace.add("handle question", 0, 200, service="app")
+    trace.add(
+        "chat m", 5, 190, parent=root, kind=SpanKind.CLIENT, service="app",
+        attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.request.stream": True,
+            "gen_ai.server.time_to_first_token": 0.04,
+        },
+    )  # fmt: skip
+    verdict = judged(OPENLIT, trace.spans)
+    assert verdict.ttft_ms == 45.0
+    assert verdict.first_token is not None
+    assert verdict.first_token["exact"] is False
+    assert verdict.first_token["source"] == "attribute"
+
+
+def test_a_missing_parent_is_judged_as_a_child_of_the_root_and_marked() -> None:
+    budget = load_budget(REPO / "budget.yaml").budget
+    whole = rag_trace().spans
+    retrieval = next(s for s in whole if s.name.startswith("retrieval"))
+    orphaned = [
+        replace(s, parent_span_id="ffffffffffffffff") if s is retrieval else s for s in whole
+    ]
+    verdict = judged(budget, orphaned)
+    assert verdict.damaged == {"missing_parent": 1}
+    # Judged all the same: its time under the root, beside the gateway's span, is the
+    # gateway's own now (the span that would have held it is not there to say).
+    assert verdict.status is not Status.INCOMPLETE
+    assert verdict.ttft_ms == judged(budget, whole).ttft_ms
+    assert verdict.stage("retrieval").ms == 0
+    assert judged(budget, whole).damaged is None
