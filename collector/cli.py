@@ -245,11 +245,12 @@ def suggest(
 
         spanbudget budget suggest traces/ --objective 0.99
     """
-    from .budget.loader import BudgetError
+    from .budget.loader import BudgetError, load_preset
     from .suggest.budget import (
         MIN_TRACES,
         NoTracesError,
         TooFewTracesError,
+        recognised,
         render,
     )
     from .suggest.budget import suggest as propose
@@ -266,9 +267,17 @@ def suggest(
         for problem in inputs.problems:
             print_error(problem)
         raise typer.Exit(2)
+    spans = inputs.spans
+    if base is None:  # the instrumentation that made most of them gives the stages
+        found = recognised(spans)
+        if found is not None:
+            preset, spans = found.preset, found.spans
+            base = load_preset(found.preset).budget
+            origin = f"preset {preset}, recognised in {found.traces} of {found.of} traces"
+            print_notices(f"budget: {origin}", ())
     try:
         suggestion = propose(
-            inputs.spans,
+            spans,
             objective=objective,
             base=base,
             origin=origin,

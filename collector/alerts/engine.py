@@ -302,6 +302,8 @@ class AlertEngine:
                     continue  # another budget's, or seen already: never counted twice
                 if verdict.damaged:
                     continue  # it lost spans: its stages cannot be held to their limits
+                if not verdict.status.in_slo:
+                    continue  # not judged on time to first token: no LLM call, or no stream
                 self._seen[verdict.trace_id] = None
                 if len(self._seen) > _SEEN_TRACES:
                     self._seen.popitem(last=False)

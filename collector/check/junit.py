@@ -71,24 +71,25 @@ def render_junit(
             "tests": str(len(verdicts) + len(problems)),
             "failures": str(failures),
             "errors": str(len(problems)),
-            "skipped": "0",
+            "skipped": str(sum(1 for v in verdicts if not v.status.in_slo)),
             "time": f"{sum((v.ttft_ms or 0.0) for v in verdicts) / 1000:.3f}",
             "timestamp": (now or datetime.now(UTC)).isoformat(timespec="seconds"),
         },
     )
     properties = ET.SubElement(suite, "properties")
-    timed = [v for v in verdicts if v.status is not Status.INCOMPLETE]
+    timed = [v for v in verdicts if v.ttft_ms is not None]
     for stage in budget.stages:
         summary = StageSummary.of_times(
             ms for v in timed if (ms := v.stage(stage.name).ms) is not None
         )
         value = "" if summary.p95_ms is None else f"{summary.p95_ms:.1f}"
         ET.SubElement(properties, "property", {"name": f"{stage.name}.p95_ms", "value": value})
-    within = sum(1 for v in verdicts if v.status in (Status.OK, Status.WARN))
-    low, high = wilson_interval(within, len(verdicts))
+    counted = [v for v in verdicts if v.status.in_slo]
+    within = sum(1 for v in counted if v.status in (Status.OK, Status.WARN))
+    low, high = wilson_interval(within, len(counted))
     for name, value in (
         ("slo.objective", f"{budget.slo_objective:g}"),
-        ("slo.within_limits", f"{within / len(verdicts):.4f}" if verdicts else ""),
+        ("slo.within_limits", f"{within / len(counted):.4f}" if counted else ""),
         ("slo.interval", f"{low:.4f}-{high:.4f}"),
         ("traces.skipped", str(result.skipped)),
     ):
@@ -107,7 +108,10 @@ def render_junit(
                 "time": f"{(verdict.ttft_ms or 0.0) / 1000:.4f}",
             },
         )
-        if fails(verdict, fail_on):
+        if not verdict.status.in_slo:  # not a request to judge on time to first token
+            reason = "no LLM call" if verdict.status is Status.NOT_APPLICABLE else "not streamed"
+            ET.SubElement(case, "skipped", {"message": f"{verdict.status.value}: {reason}"})
+        elif fails(verdict, fail_on):
             failure = ET.SubElement(
                 case, "failure", {"message": _message(verdict), "type": verdict.status.value}
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -41,17 +42,9 @@ def _side(
     spec: str,
     collector: str | None,
     phase: str | None,
-    budget: Path | None,
-    preset: str | None,
+    load: Callable[[], Budget],
 ) -> Side:
     from .sources import SideError, collector_side, path_side
-
-    loaded: list[Budget] = []
-
-    def load() -> Budget:
-        if not loaded:
-            loaded.append(_budget_loader(budget, preset))
-        return loaded[0]
 
     try:
         if collector is not None:
@@ -155,8 +148,15 @@ def compare(
         rules = [parse_rule(text) for text in (fail_on or ["any.slower"])]
     except ValueError as exc:
         raise usage_error(str(exc)) from None
-    a = _side("base", base, collector, phase, budget, preset)
-    b = _side("candidate", candidate, collector, phase, budget, preset)
+    loaded: list[Budget] = []
+
+    def load() -> Budget:  # once for both sides: one budget, said once
+        if not loaded:
+            loaded.append(_budget_loader(budget, preset))
+        return loaded[0]
+
+    a = _side("base", base, collector, phase, load)
+    b = _side("candidate", candidate, collector, phase, load)
     comparison = run_compare(a, b, settings)
     try:
         findings = check_rules(comparison, rules)

@@ -100,7 +100,7 @@ class Side:
             got_phase = str(verdict.attributes.get(LOADTEST_PHASE, ""))
             if phase is not None and got_phase != phase:
                 continue
-            if verdict.status is Status.INCOMPLETE:
+            if verdict.ttft_ms is None:  # no first token: failed before it, or incomplete
                 left_out += 1
                 continue
             stages: dict[str, tuple[float | None, Status]] = {}

@@ -174,10 +174,9 @@ class CollectorMetrics:
             budget, trace_id = verdict.budget, verdict.trace_id
             key: tuple[Any, ...] = (self.traces, budget, verdict.status.value)
             counted[key] = counted.get(key, 0) + 1
-            if verdict.ttft_ms is not None:
-                observed.setdefault((self.ttft, budget), []).append(
-                    (verdict.ttft_ms / 1000, trace_id)
-                )
+            if verdict.ttft_ms is None:
+                continue  # no window: its stages' times cover the whole request
+            observed.setdefault((self.ttft, budget), []).append((verdict.ttft_ms / 1000, trace_id))
             for stage in verdict.stages:
                 if stage.ms is None:
                     continue

@@ -138,6 +138,11 @@ def read_request(
     outermost = [c for c in calls if not _has_ancestor_in(c, call_ids, by_id)] or calls
     flags = [_streaming_of(call, call_ids, children) for call in outermost]
     stream = True if True in flags else (False if None not in flags else None)
+    carrier = by_id.get(first_token_span) if first_token_span is not None else None
+    if stream is None and carrier is not None and carrier.kind is SpanKind.SERVER:
+        # The calls do not say, and the server whose first send was the first token is
+        # not under them (a LangChain chain's context): its sends tell.
+        stream = _sends_tell(carrier, children)
     last = max(outermost, key=lambda c: (c.end_ns, c.span_id))
     chosen = _call_of(first_token_span, call_ids, by_id) or _chosen(outermost, flags)
     return LlmRequest(
@@ -221,11 +226,18 @@ def _streamed_or_told(call: Span, children: Mapping[str, list[Span]]) -> bool | 
         return said
     for span in _below(call, children):
         if span.kind is SpanKind.SERVER:
-            kids = children.get(span.span_id, ())
-            sends = sum(1 for kid in kids if kid.attributes.get(_ASGI_EVENT) == _BODY_SENT)
-            if sends:
-                return sends > 1
+            told = _sends_tell(span, children)
+            if told is not None:
+                return told
     return None
+
+
+def _sends_tell(server: Span, children: Mapping[str, list[Span]]) -> bool | None:
+    """A server span that sent its response body in more than one message streamed it;
+    None when it shows no sends."""
+    kids = children.get(server.span_id, ())
+    sends = sum(1 for kid in kids if kid.attributes.get(_ASGI_EVENT) == _BODY_SENT)
+    return sends > 1 if sends else None
 
 
 def _below(span: Span, children: Mapping[str, list[Span]]) -> list[Span]:

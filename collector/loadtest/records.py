@@ -50,8 +50,9 @@ class RequestVerdict:
     @property
     def timed(self) -> bool:
         """Its stage times are shares of the time to first token (DESIGN §5 rule 2): every
-        verdict but an `incomplete` one, whose window is the whole request instead."""
-        return self.status is not Status.INCOMPLETE
+        verdict with a first token (not an `incomplete` one, nor a request that failed
+        before its first token, whose window is the whole request instead)."""
+        return self.ttft_ms is not None
 
     @property
     def within_limits(self) -> bool:

@@ -216,11 +216,15 @@ class VerdictStore:
     def judged_since(self, since: float, budget: str) -> list[tuple[float, str, frozenset[str]]]:
         """(evaluated at, trace id, what went over its limit: stage names and `total`) of
         the verdicts of `budget` judged at or after `since`, oldest first: what the alert
-        rules' windows saw, for a restart to see it again."""
+        rules' windows saw, for a restart to see it again (not a damaged trace's, nor one
+        outside the SLO: `AlertEngine.on_verdicts` leaves those out too)."""
+        outside = [s.value for s in Status if not s.in_slo]
         rows = self._writer.execute(
             "SELECT seq, evaluated_at, trace_id, total_status FROM verdicts"
-            " WHERE budget = ? AND evaluated_at >= ? ORDER BY seq",
-            (budget, since),
+            " WHERE budget = ? AND evaluated_at >= ?"
+            f" AND status NOT IN ({', '.join('?' for _ in outside)})"
+            " AND json_extract(body, '$.damaged') IS NULL ORDER BY seq",
+            (budget, since, *outside),
         ).fetchall()
         if not rows:
             return []

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 
 from ..budget.loader import parse_budget
 from ..budget.model import DEFAULT_FIRST_TOKEN, Budget, Stage, WhenAbsent
+from ..budget.recognize import recognize
 from ..budget.render import number, render_mark, render_selector, scalar
 from ..errors import CollectorError
 from ..judging.evaluate import Evaluator
@@ -34,10 +35,12 @@ __all__ = [
     "MIN_TRACES",
     "NoTracesError",
     "Observed",
+    "Recognised",
     "StageSuggestion",
     "Suggestion",
     "TooFewTracesError",
     "ceil_ms",
+    "recognised",
     "render",
     "suggest",
 ]
@@ -188,11 +191,40 @@ def _structure_budget(traces: list[list[Span]]) -> Budget:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Recognised:
+    """The instrumentation most of the traces were made by, and those traces' spans."""
+
+    preset: str
+    traces: int  # of all the traces read
+    of: int
+    spans: list[Span]
+
+
+def recognised(spans: Sequence[Span]) -> Recognised | None:
+    """The library that traced more than half of the traces (its preset then gives the
+    stages and the marks), or None: the span tree's structure gives them."""
+    by_library: dict[str, list[list[Span]]] = {}
+    traces = list(group_by_trace(spans).values())
+    for trace in traces:
+        found = recognize(trace)
+        if found is not None:
+            by_library.setdefault(found.preset, []).append(trace)
+    if not by_library:
+        return None
+    preset, mine = max(by_library.items(), key=lambda item: len(item[1]))
+    if 2 * len(mine) <= len(traces):
+        return None
+    return Recognised(preset, len(mine), len(traces), [s for trace in mine for s in trace])
+
+
 def _with_limits(
     budget: Budget, limits: Limits, medians: dict[str, float], ttft_median: float
 ) -> Budget:
     """`budget` with these limits (rounded up) and the medians as targets; a stage no
-    trace measured keeps its numbers."""
+    trace measured keeps its numbers. The total is TTFT's own: its median and the same
+    percentile with the same headroom (stage percentiles do not add up to the total's:
+    their sum would be a limit no trace comes near)."""
     stages = tuple(
         replace(
             stage,
@@ -203,11 +235,12 @@ def _with_limits(
         else stage
         for stage in budget.stages
     )
+    total_limit = ceil_ms(limits.ttft)
     return replace(
         budget,
         stages=stages,
-        total_target_ms=ceil_ms(max(ttft_median, _sum(s.target_ms for s in stages))),
-        total_limit_ms=ceil_ms(max(limits.ttft, _sum(s.limit_ms for s in stages))),
+        total_target_ms=min(ceil_ms(ttft_median), total_limit),
+        total_limit_ms=total_limit,
     )
 
 
@@ -357,16 +390,14 @@ def render(suggestion: Suggestion, *, extends: str | None = None) -> str:
         lines.append(f"name: {scalar(s.base.name)}")
         if s.base.description:
             lines.append(f"description: {json.dumps(s.base.description)}")
-    target_sum = _sum(x.stage.target_ms for x in s.stages)
-    limit_sum = _sum(x.stage.limit_ms for x in s.stages)
     lines.append("total:")
     lines.append(
         f"  target_ms: {number(s.total_target_ms)}  # "
-        + _total_reason("p50", s.total, s.total.median_ms, s.total.median_interval, target_sum)
+        + _total_reason("p50", s.total, s.total.median_ms, s.total.median_interval)
     )
     lines.append(
         f"  limit_ms: {number(s.total_limit_ms)}  # "
-        + _total_reason(high, s.total, s.total.high_ms, s.total.high_interval, limit_sum)
+        + _total_reason(high, s.total, s.total.high_ms, s.total.high_interval)
     )
     lines.append("slo:")
     lines.append(
@@ -384,17 +415,8 @@ def render(suggestion: Suggestion, *, extends: str | None = None) -> str:
 
 
 def _total_reason(
-    name: str,
-    observed: Observed,
-    value: float,
-    interval: tuple[float, float | None],
-    parts: float,
+    name: str, observed: Observed, value: float, interval: tuple[float, float | None]
 ) -> str:
-    if parts > value * (1 + HEADROOM):
-        return (
-            f"the stages add up to {number(parts)} ms, above the {name} of TTFT "
-            f"({number(value)} ms): within every stage is within the total"
-        )
     said = f"{name} of TTFT over {observed.count} traces was {number(value)} ms"
     return f"{said} ({_interval(interval)})" + ("" if name == "p50" else f", +{HEADROOM:.0%}")
 
@@ -404,21 +426,19 @@ def _stage_lines(item: StageSuggestion, high: str, *, full: bool) -> list[str]:
     if observed is None and not full:
         return [
             f"  # {stage.name}: no trace had a span for it; the preset's "
-            f"{number(stage.target_ms)} / {number(stage.limit_ms)} ms stay"
+            f"{number(stage.target_ms)} / {number(stage.limit_ms)} ms stay, outside the total"
         ]
-    lines = [f"  - name: {scalar(stage.name)}"]
     if observed is None:
-        lines.append(f"    target_ms: {number(stage.target_ms)}  # no trace measured it: as given")
-        lines.append(f"    limit_ms: {number(stage.limit_ms)}  # no trace measured it: as given")
-    else:
-        lines.append(
-            f"    target_ms: {number(stage.target_ms)}  # "
-            + _comment("p50", observed, observed.median_ms, observed.median_interval)
-        )
-        lines.append(
-            f"    limit_ms: {number(stage.limit_ms)}  # "
-            + _limit_comment(high, observed, stage.limit_ms)
-        )
+        return [f"  # {stage.name}: no trace had a span for it: left out"]
+    lines = [f"  - name: {scalar(stage.name)}"]
+    lines.append(
+        f"    target_ms: {number(stage.target_ms)}  # "
+        + _comment("p50", observed, observed.median_ms, observed.median_interval)
+    )
+    lines.append(
+        f"    limit_ms: {number(stage.limit_ms)}  # "
+        + _limit_comment(high, observed, stage.limit_ms)
+    )
     if full:
         if stage.when_absent is not WhenAbsent.ZERO:
             lines.append(f"    when_absent: {stage.when_absent.value}")

@@ -33,6 +33,8 @@ __all__ = ["STATUS_CODES", "ColumnSelection", "VerdictColumns"]
 STATUS_CODES = {status.value: code for code, status in enumerate(Status)}
 _OVERRUN = STATUS_CODES[Status.OVERRUN.value]
 _GOOD = (STATUS_CODES[Status.OK.value], STATUS_CODES[Status.WARN.value])
+# Not judged on time to first token: out of the SLO's share and its denominator.
+_OUTSIDE = tuple(STATUS_CODES[s.value] for s in Status if not s.in_slo)
 _STATUS_SQL = "CASE {col} " + " ".join(f"WHEN '{s}' THEN {c}" for s, c in STATUS_CODES.items())
 _STATUS_SQL += " ELSE -1 END"
 
@@ -61,10 +63,12 @@ class ColumnSelection:
         return {status.value: int(counts[code]) for code, status in enumerate(Status)}
 
     def within_limits(self) -> float | None:
-        """The share of verdicts within every limit (ok or warn), as the load-test report has it."""
-        if not len(self):
+        """The share of verdicts within every limit (ok or warn), as the load-test report
+        has it, of those the SLO counts (not `not_applicable`, `not_streamed`)."""
+        counted = int((~np.isin(self.status, _OUTSIDE)).sum())
+        if not counted:
             return None
-        return float(np.isin(self.status, _GOOD).sum() / len(self))
+        return float(np.isin(self.status, _GOOD).sum() / counted)
 
     def timed(self) -> npt.NDArray[np.bool_]:
         """Verdicts with a first token: the only ones whose stage times are TTFT time."""

@@ -38,7 +38,7 @@ from ..charts import (
 from ..compare import CompareSettings, Side, compare, render_body
 from ..compare.sources import SideError, page_verdicts, parse_window
 from ..context import why
-from ..judging.evaluate import Evaluator
+from ..judging.auto import Judges
 from ..judging.verdict import Status
 from ..links import MAX_LIST, jaeger_trace_url
 from ..loadtest.report_model import Report
@@ -112,14 +112,14 @@ def ui_router(
     judged against `budget()` (the current one), with `alerts`' rules and the traces'
     `spans`; trace links go to `jaeger_ui` when given."""
     env = _environment()
-    evaluators: dict[int, Evaluator] = {}
+    evaluators: dict[int, Judges] = {}
     router = APIRouter()
 
-    def evaluator() -> Evaluator:
+    def evaluator() -> Judges:
         current = budget()
         if id(current) not in evaluators:  # the budget was reloaded: judge with the new one
             evaluators.clear()
-            evaluators[id(current)] = Evaluator(current)
+            evaluators[id(current)] = Judges(current)  # as the collector judges
         return evaluators[id(current)]
 
     def page(name: str, request: Request, **context: Any) -> HTMLResponse:

@@ -24,7 +24,7 @@ from markupsafe import Markup
 
 from ..charts import esc, fmt_ms, nice_ticks, stage_class
 from ..judging.attribution import Node, assemble
-from ..judging.evaluate import Evaluator
+from ..judging.evaluate import Judge
 from ..judging.verdict import Verdict
 from ..spans import AttrValue, Span
 
@@ -70,7 +70,7 @@ class Waterfall:
     verdict: Verdict  # as the current budget judges the kept spans now
 
 
-def build_waterfall(spans: Sequence[Span], evaluator: Evaluator) -> Waterfall | None:
+def build_waterfall(spans: Sequence[Span], evaluator: Judge) -> Waterfall | None:
     """Rows in tree order (children by start), or None when the budget does not judge it."""
     layout = assemble(spans)
     judged = evaluator.judge(spans, evaluated_at=datetime.now(UTC), keep_tree=True)
@@ -83,7 +83,8 @@ def build_waterfall(spans: Sequence[Span], evaluator: Evaluator) -> Waterfall | 
         t0 = layout.root.start
         original = {span.span_id: span.start_ns for span in spans}
         attributed = {node.span_id: node for node in tree.nodes}
-        colours = {name: i for i, name in enumerate(evaluator.budget.stage_names())}
+        # The stages of the budget that judged it (a preset's, when recognised), in order.
+        colours = {stage.name: i for i, stage in enumerate(judged.verdict.stages)}
         rows: list[WaterfallRow] = []
         # A shifted span moves its subtree with it: mark the span the shift was applied to.
         offsets: dict[str, int] = {}

@@ -124,7 +124,7 @@ def change_trace(
 def _side(verdicts: Sequence[Verdict], stage_names: Sequence[str]) -> Side:
     within = sum(1 for v in verdicts if within_budget(v))
     p95: dict[str, float | None] = {}
-    timed = [v for v in verdicts if v.status is not Status.INCOMPLETE]
+    timed = [v for v in verdicts if v.ttft_ms is not None]
     for name in stage_names:
         values = sorted(ms for v in timed if (ms := v.stage(name).ms) is not None)
         p95[name] = round(percentile(values, 95), 2) if values else None

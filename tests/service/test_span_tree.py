@@ -165,6 +165,28 @@ async def test_streamed_request_span_tree_matches_design(
     assert sent["messages"][-1] == {"role": "user", "content": "How does a generator work?"}
 
 
+async def test_the_first_chunk_marked_is_the_first_with_content(
+    make_gateway: GatewayFactory, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine (as vLLM does) sends the role first, with no content; the first token is
+    the first content, 100 ms later here: the gateway's client and server spans mark that
+    one, not the role's chunk (the instrumentation libraries mark the first chunk, whatever
+    it holds: docs/usage.md)."""
+    monkeypatch.setattr(fake_llm, "chunk_delay_seconds", 0.1)
+    gateway = make_gateway()
+    async with gateway.client() as client:
+        response = await client.post("/v1/chat/completions", json=chat_body(stream=True))
+    assert response.status_code == 200
+    names = by_name(gateway.spans())
+    chat_ttfc = (names["chat test-model"].attributes or {})["gen_ai.response.time_to_first_chunk"]
+    server = names["POST /v1/chat/completions"]
+    server_ttfc = (server.attributes or {})["gen_ai.response.time_to_first_chunk"]
+    assert isinstance(chat_ttfc, float)
+    assert isinstance(server_ttfc, float)
+    assert chat_ttfc >= 0.1
+    assert server_ttfc >= 0.1
+
+
 async def test_non_streamed_request_returns_one_completion(make_gateway: GatewayFactory) -> None:
     gateway = make_gateway()
     async with gateway.client() as client:

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from tests.collector.compare.conftest import BUDGET_PATH, traces, verdicts
 from tests.support.collector import running_collector, send_spans
 from tests.support.otlp import to_otlp_json
+from tests.support.traces import rag_trace
 
 runner = CliRunner()
 FAST = ["--resamples", "500"]
@@ -133,6 +134,31 @@ def test_trace_files_are_judged_as_check_judges_them(tmp_path: Path) -> None:
     stages = {s["name"]: s for s in document["stages"]}  # type: ignore[attr-defined]
     assert stages["retrieval"]["change"] == "slower"
     assert stages["retrieval"]["p95"]["few"] is False  # 120 requests bound a p95
+
+
+def test_requests_with_no_first_token_are_left_out_and_the_budget_said_once(
+    tmp_path: Path,
+) -> None:
+    """20 requests that failed before their first token are no faster prefill: their
+    stage times cover a request cut short, not a time to first token."""
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(to_otlp_json(traces(120, 1)))
+    failed = [
+        span
+        for i in range(20)
+        for span in rag_trace(trace_id=f"{5000 + i:032x}", marks=False, chat_error=True).spans
+    ]
+    new.write_text(to_otlp_json(traces(120, 2, first=1000) + failed))
+    result = runner.invoke(
+        app,
+        ["compare", str(old), str(new), "--budget", str(BUDGET_PATH), *FAST, "--format", "json"],
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["candidate"]["requests"] == 120
+    assert document["candidate"]["left_out"] == 20
+    assert {s["change"] for s in document["stages"]} == {"no detectable change"}
+    assert result.stderr.count("budget: ") == 1  # one budget for both sides, said once
 
 
 def test_bad_sides_exit_2(tmp_path: Path, runs: tuple[Path, Path, Path]) -> None:

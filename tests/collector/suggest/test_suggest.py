@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from spanbudget.app.cli import app
 from spanbudget.collector.budget.loader import load_budget, load_preset, parse_budget
-from spanbudget.collector.budget.model import WhenAbsent
+from spanbudget.collector.budget.model import Budget, WhenAbsent
+from spanbudget.collector.check import evaluate_spans
 from spanbudget.collector.spans import Span
 from spanbudget.collector.stats import percentile
 from spanbudget.collector.suggest.budget import (
@@ -83,7 +84,9 @@ def test_limits_are_one_percentile_of_what_check_measures_plus_headroom() -> Non
     suggestion = suggest(spans, objective=0.9, base=base, origin="budget.yaml")
     text = render(suggestion)
     loaded = parse_budget(text, "suggested.yaml")
-    assert loaded.warnings == ()
+    # The total is TTFT's own percentile: the stages' percentiles add up to more (they do
+    # not peak in the same traces), which the loader notes and the file says.
+    assert all("the stage limits add up to" in w for w in loaded.warnings)
     budget = loaded.budget
     assert budget.stage_names() == base.stage_names()
     assert [s.selectors for s in budget.stages] == [s.selectors for s in base.stages]
@@ -95,8 +98,9 @@ def test_limits_are_one_percentile_of_what_check_measures_plus_headroom() -> Non
     assert f"limit_ms: {budget.stage('retrieval').limit_ms:g}  # {name} of 200 traces was" in text
     assert "(95% interval " in text
     assert budget.slo_objective == 0.9
-    assert budget.total_limit_ms >= sum(s.limit_ms for s in budget.stages)
-    assert budget.total_target_ms >= sum(s.target_ms for s in budget.stages)
+    ttfts = sorted(v for v in _ttfts(spans, base))
+    assert budget.total_limit_ms == ceil_ms(percentile(ttfts, suggestion.level) * (1 + HEADROOM))
+    assert budget.total_target_ms == ceil_ms(percentile(ttfts, 50))
 
 
 def _independent(count: int, *, seed: int) -> list[Span]:
@@ -164,15 +168,23 @@ def _extras(spans: list[Span]) -> list[float]:
 
 
 def test_a_preset_gets_numbers_only_and_keeps_what_no_trace_measured() -> None:
-    suggestion = suggest(traffic(), objective=0.95, base=load_preset("genai").budget)
+    """A stage no trace had keeps the preset's numbers, outside the total: the total is
+    TTFT's own percentile with the stated headroom, not raised to a sum that holds a
+    stage nothing measured (issue 44: 474 ms for a TTFT whose p95 was 233)."""
+    spans = traffic()
+    preset = load_preset("genai").budget
+    suggestion = suggest(spans, objective=0.95, base=preset)
     text = render(suggestion, extends="genai")
     assert "\nversion: 1\npreset: genai\n" in text
     assert "match:" not in text
     assert "# tools: no trace had a span for it; the preset's 50 / 100 ms stay" in text
     budget = parse_budget(text).budget
     assert budget.preset == "genai"
-    assert budget.stage("tools").limit_ms == load_preset("genai").budget.stage("tools").limit_ms
-    assert budget.total_limit_ms >= sum(s.limit_ms for s in budget.stages)
+    assert budget.stage("tools").limit_ms == preset.stage("tools").limit_ms
+    ttfts = sorted(_ttfts(spans, preset))
+    high = percentile(ttfts, suggestion.level)
+    assert budget.total_limit_ms == ceil_ms(high * (1 + HEADROOM))
+    assert budget.total_limit_ms < high * 1.2
 
 
 def test_no_first_token_no_suggestion() -> None:
@@ -232,3 +244,9 @@ def test_check_with_a_preset(traces_file: Path) -> None:
     result = CliRunner().invoke(app, ["check", str(traces_file), "--preset", "nope"])
     assert result.exit_code == 2
     assert "known: genai" in result.output
+
+
+def _ttfts(spans: list[Span], budget: Budget) -> list[float]:
+    """Each trace's time to first token as `check` judges it."""
+    result = evaluate_spans(spans, budget)
+    return [v.ttft_ms for v in result.verdicts if v.ttft_ms is not None]
