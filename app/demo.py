@@ -64,6 +64,20 @@ class _Interrupted(Exception):
     pass
 
 
+def _intakes(collector_url: str) -> str:
+    """Where the collector takes spans: OTLP/HTTP, and OTLP/gRPC when it serves."""
+    http = f"OTLP/HTTP {collector_url}/v1/traces"
+    try:
+        health = httpx.get(f"{collector_url}/healthz", timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return http
+    grpc = health.get("grpc_address")
+    if grpc:
+        return f"{http}, OTLP/gRPC {grpc}"
+    state = health.get("listeners", {}).get("grpc", "off")
+    return f"{http} (OTLP/gRPC {'not serving: its port is taken' if state != 'off' else 'off'})"
+
+
 def ingest_if_needed(settings: DemoSettings, supervisor: Supervisor, console: Console) -> None:
     # Where the gateway will read, with the same environment (SPANBUDGET_COLLECTION, ...).
     overrides: dict[str, Any] = {"data_dir": settings.data_dir}
@@ -210,7 +224,8 @@ def run_demo(settings: DemoSettings, console: Console) -> int:
         jaeger = f", Jaeger {stack.jaeger.query_url}" if stack.jaeger else ""
         console.print(
             f"stack up: gateway http://{settings.gateway}, engine http://{settings.engine}, "
-            f"collector {collector_url}{jaeger} (logs in {logs})"
+            f"collector {collector_url}{jaeger} (logs in {logs})\n"
+            f"collector intake: {_intakes(collector_url)}"
         )
         burst_s = settings.duration_s * settings.burst_share
         test = LoadTest(

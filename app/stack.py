@@ -99,6 +99,8 @@ class Stack:
     data_dir: Path
     budget: Path
     collector: str = "127.0.0.1:4318"
+    # OTLP/gRPC: None leaves the collector's default (127.0.0.1:4317, skipped if taken).
+    collector_grpc: str | None = None
     engine: str = "127.0.0.1:8000"
     gateway: str = "127.0.0.1:8080"
     preset: str | None = None
@@ -140,6 +142,7 @@ class Stack:
             self.decision_wait,
             "--engine-metrics",
             f"http://{self.engine}/metrics",
+            *(["--grpc-listen", self.collector_grpc] if self.collector_grpc else []),
             *self._to_jaeger(),
             *self.collector_args,
         )

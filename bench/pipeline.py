@@ -93,6 +93,7 @@ def build_pipeline(
     """The collector as `spanbudget collect` assembles it, without the alert rules; its
     queue and buffer hold the whole run, and it keeps spans only when asked."""
     settings = CollectorSettings.from_flat(
+        grpc_listen="off",
         db_path=db,
         journal=journal,
         revise_seconds=60.0 if revise else 0.0,

@@ -155,6 +155,7 @@ def main() -> None:
             f"of {len(share_times)}"
         )
         settings = CollectorSettings.from_flat(
+            grpc_listen="off",
             db_path=db,
             spans_db_path=spans_db,
             budget_path=REPO / "budget.yaml",

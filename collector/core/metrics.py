@@ -139,6 +139,20 @@ class CollectorMetrics:
             ["reason"],
             registry=registry,
         )
+        self.intake_requests = Counter(
+            "spanbudget_intake_requests",
+            "Export requests received, by transport (http: OTLP/HTTP, grpc: OTLP/gRPC) and"
+            " outcome (accepted, or the reason it was refused).",
+            ["transport", "outcome"],
+            registry=registry,
+        )
+        self.intake_spans = Counter(
+            "spanbudget_intake_spans",
+            "Spans accepted at intake, by transport (their sum is"
+            " spanbudget_spans_received_total less the journal's replays).",
+            ["transport"],
+            registry=registry,
+        )
         self.intake_queue_spans = Gauge(
             "spanbudget_intake_queue_spans", "Spans waiting for the worker.", registry=registry
         )

@@ -20,11 +20,11 @@ from .otlp import (
     JSON,
     PROTOBUF,
     QUEUE_FULL,
-    Batch,
     IntakeError,
     encode_response,
     encode_status,
     is_json,
+    rejection_message,
 )
 from .receiver import Intake
 
@@ -33,6 +33,7 @@ __all__ = ["TRACES_PATH", "otlp_router"]
 log = logging.getLogger(__name__)
 
 TRACES_PATH = "/v1/traces"
+TRANSPORT = "http"  # the label of this transport's requests and spans in the metrics
 # google.rpc.Code values for the Status body of OTLP/HTTP errors.
 _RPC_CODES = {400: 3, 401: 16, 408: 4, 413: 3, 415: 3, 503: 14}
 # Plain bodies up to this size decode in well under a millisecond: on the event loop, as
@@ -54,6 +55,7 @@ def otlp_router(intake: Intake) -> APIRouter:
         error: IntakeError, as_json: bool, headers: dict[str, str] | None = None
     ) -> Response:
         metrics.requests_rejected.labels(error.reason).inc()
+        metrics.intake_requests.labels(TRANSPORT, error.reason).inc()
         return Response(
             encode_status(_RPC_CODES.get(error.status, 2), error.message, as_json=as_json),
             status_code=error.status,
@@ -97,7 +99,9 @@ def otlp_router(intake: Intake) -> APIRouter:
             plain = encoding in (None, "identity")
             spans = len(batch.spans) + batch.rejected if batch is not None and plain else 0
             admission.settle(reserved, len(body), spans)
-        message = _rejection(batch, settings.max_span_bytes, intake.max_spans_per_trace)
+        message = rejection_message(batch, settings.max_span_bytes, intake.max_spans_per_trace)
+        metrics.intake_requests.labels(TRANSPORT, "accepted").inc()
+        metrics.intake_spans.labels(TRANSPORT).inc(len(batch.spans))
         return Response(
             encode_response(batch.rejected, message, as_json=as_json),
             media_type=JSON if as_json else PROTOBUF,
@@ -123,20 +127,6 @@ async def _read_body(request: Request, limit: int, timeout: float) -> bytes:
     except BodyAborted as exc:
         log.info("upload from %s aborted: %s", _client(request), exc)
         raise IntakeError(400, "aborted", str(exc)) from None
-
-
-def _rejection(batch: Batch, max_span_bytes: int, max_spans_per_trace: int) -> str:
-    """The partial-success message: how many spans were refused, and why."""
-    by_reason: dict[str, int] = {}
-    for reasons in batch.lost.values():
-        for reason, n in reasons.items():
-            by_reason[reason] = by_reason.get(reason, 0) + n
-    texts = {
-        "span_too_large": f"over {max_span_bytes} bytes",
-        "trace_span_limit": f"past {max_spans_per_trace} spans in one trace",
-    }
-    parts = [f"{n} span(s) {texts.get(reason, reason)}" for reason, n in sorted(by_reason.items())]
-    return "rejected: " + "; ".join(parts) + " (their traces are judged as damaged)"
 
 
 def _client(request: Request) -> str:

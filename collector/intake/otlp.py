@@ -34,6 +34,7 @@ __all__ = [
     "encode_response",
     "encode_status",
     "is_json",
+    "rejection_message",
 ]
 
 PROTOBUF = "application/x-protobuf"
@@ -209,3 +210,17 @@ def encode_status(code: int, message: str, *, as_json: bool) -> bytes:
     if as_json:
         return json.dumps(json_format.MessageToDict(status)).encode()
     return status.SerializeToString()  # type: ignore[no-any-return]
+
+
+def rejection_message(batch: Batch, max_span_bytes: int, max_spans_per_trace: int) -> str:
+    """The partial-success message: how many spans were refused, and why."""
+    by_reason: dict[str, int] = {}
+    for reasons in batch.lost.values():
+        for reason, n in reasons.items():
+            by_reason[reason] = by_reason.get(reason, 0) + n
+    texts = {
+        "span_too_large": f"over {max_span_bytes} bytes",
+        "trace_span_limit": f"past {max_spans_per_trace} spans in one trace",
+    }
+    parts = [f"{n} span(s) {texts.get(reason, reason)}" for reason, n in sorted(by_reason.items())]
+    return "rejected: " + "; ".join(parts) + " (their traces are judged as damaged)"

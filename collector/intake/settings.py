@@ -7,9 +7,14 @@ Part of `spanbudget collect`'s settings (`live.settings.CollectorSettings.intake
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pathlib import Path
 
-__all__ = ["IntakeSettings", "PullSettings"]
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from spanbudget.common.serving import parse_listen
+
+__all__ = ["GRPC_OFF", "IntakeSettings", "PullSettings"]
+
+GRPC_OFF = "off"
 
 _GROUP = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -29,6 +34,34 @@ class IntakeSettings(BaseModel):
     journal: bool = True  # accepted bodies kept on disk until judged: kill -9 loses none
     # Threads decoding bodies off the event loop.
     decoders: int = Field(default=2, gt=0, validation_alias="intake_decoders")
+    # OTLP/gRPC beside OTLP/HTTP: HOST:PORT, or `off`. Left at its default, a port taken
+    # is a warning (OTLP/HTTP goes on); given, it is an error.
+    grpc_listen: str = "127.0.0.1:4317"
+    grpc_tls_cert: Path | None = None  # PEM: with grpc_tls_key, the gRPC listener is TLS
+    grpc_tls_key: Path | None = None
+
+    @field_validator("grpc_listen")
+    @classmethod
+    def _check_grpc_listen(cls, value: str) -> str:
+        if value.strip().lower() == GRPC_OFF:
+            return GRPC_OFF
+        parse_listen(value)
+        return value
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> IntakeSettings:
+        if (self.grpc_tls_cert is None) != (self.grpc_tls_key is None):
+            raise ValueError("--grpc-tls-cert and --grpc-tls-key go together")
+        return self
+
+    @property
+    def grpc_on(self) -> bool:
+        return self.grpc_listen != GRPC_OFF
+
+    @property
+    def grpc_listen_given(self) -> bool:
+        """Whether the gRPC address was asked for (option or environment), not defaulted."""
+        return "grpc_listen" in self.model_fields_set
 
 
 class PullSettings(BaseModel):

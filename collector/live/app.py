@@ -9,11 +9,14 @@ storage or forwarding.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hmac
+import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Query, Request, Response
@@ -24,6 +27,7 @@ from spanbudget.common.durations import parse_since
 from ..alerts.engine import AlertEngine, RuleState
 from ..budget.model import Budget
 from ..core.metrics import render
+from ..intake.grpc_server import GrpcIntake
 from ..intake.http import otlp_router
 from ..intake.receiver import Intake
 from ..judging.verdict import Status
@@ -37,6 +41,8 @@ from .pipeline import Pipeline
 from .trace_api import trace_router
 
 __all__ = ["app_for", "create_app"]
+
+log = logging.getLogger(__name__)
 
 
 _TRACE_ID = re.compile(r"[0-9a-fA-F]{32}\Z")
@@ -59,17 +65,21 @@ def create_app(
     spans: SpanSource | None = None,
     jaeger_ui: str | None = None,
     read_token: str | None = None,
+    grpc: GrpcIntake | None = None,
 ) -> FastAPI:
     """The collector's app: `intake` on POST /v1/traces; the verdicts in `store` on /api
     and the web UI, judged against `budget()` (the current one), with `alerts`' rules and
     the kept `spans`; `registry` on /metrics; `ready()` on /readyz. With `read_token`, the
-    web UI and /api ask for it. The caller starts and closes what it passes."""
+    web UI and /api ask for it. `grpc`, OTLP/gRPC beside the rest, serves while the app
+    does (its lifespan starts and stops it). The caller starts and closes what it passes."""
     # The store as numpy columns, for /api/share and the web UI alike (one copy in memory),
     # read in now rather than when the first visitor asks (seconds at 100k verdicts).
     columns = VerdictColumns(store.path)
     threading.Thread(target=columns.warm, name="ui-columns", daemon=True).start()
     spans = spans or SpanSource(None, None)
-    app = FastAPI(title="spanbudget collector", docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="spanbudget collector", docs_url=None, redoc_url=None, lifespan=_serving(grpc)
+    )
     app.add_middleware(SecurityHeaders)
     if read_token is not None:
         app.add_middleware(ReadAuth, token=read_token)
@@ -152,8 +162,20 @@ def create_app(
         return Response(body, media_type=content_type)
 
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    def healthz() -> JSONResponse:
+        """Both listeners: this one answers; OTLP/gRPC serves, is off, or failed."""
+        listeners = {"http": "serving"}
+        answer: dict[str, Any] = {"listeners": listeners}
+        failed = False
+        if grpc is not None:
+            listeners["grpc"] = "serving" if grpc.serving else "not serving"
+            failed = not grpc.serving and grpc.required
+            if grpc.serving:
+                answer["grpc_address"] = grpc.address
+        else:
+            listeners["grpc"] = "off"
+        answer["status"] = "failing" if failed else "ok"
+        return JSONResponse(answer, status_code=503 if failed else 200)
 
     @app.get("/readyz")
     def readyz() -> JSONResponse:
@@ -186,7 +208,32 @@ def app_for(pipeline: Pipeline) -> FastAPI:
         spans=SpanSource(pipeline.spans, settings.jaeger_url),
         jaeger_ui=settings.jaeger_ui,
         read_token=settings.read_token,
+        grpc=pipeline.grpc,
     )
+
+
+def _serving(
+    grpc: GrpcIntake | None,
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: OTLP/gRPC serves on the app's event loop while the app does."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if grpc is not None:
+            try:
+                await grpc.start()
+                log.info("OTLP/gRPC listening on %s", grpc.address)
+            except RuntimeError as exc:
+                if grpc.required:
+                    raise
+                log.warning("%s; OTLP/HTTP goes on alone (--grpc-listen off: quiet)", exc)
+        try:
+            yield
+        finally:
+            if grpc is not None:
+                await grpc.stop()
+
+    return lifespan
 
 
 class ReadAuth:

@@ -123,6 +123,21 @@ def collect(
         int | None,
         typer.Option(help="Largest request body, after decompression.", show_default="8 MiB"),
     ] = None,
+    grpc_listen: Annotated[
+        str | None,
+        typer.Option(
+            help="HOST:PORT for OTLP/gRPC beside OTLP/HTTP, or `off`. Left at its default, a"
+            " port already taken is a warning and OTLP/HTTP goes on alone.",
+            show_default="127.0.0.1:4317",
+        ),
+    ] = None,
+    grpc_tls_cert: Annotated[
+        Path | None,
+        typer.Option(help="PEM certificate chain: with --grpc-tls-key, OTLP/gRPC over TLS."),
+    ] = None,
+    grpc_tls_key: Annotated[
+        Path | None, typer.Option(help="PEM private key of --grpc-tls-cert.")
+    ] = None,
     header_timeout: Annotated[
         str | None,
         typer.Option(
@@ -146,7 +161,8 @@ def collect(
 ) -> None:
     """Receive OTLP traces, judge each against the budget, store, export metrics, forward.
 
-    Spans arrive on POST /v1/traces (OTLP/HTTP: protobuf or JSON, gzip).
+    Spans arrive on POST /v1/traces (OTLP/HTTP: protobuf or JSON, gzip) and on OTLP/gRPC
+    (TraceService/Export, 127.0.0.1:4317 unless --grpc-listen says otherwise).
     Verdicts: /api/verdicts and /api/summary; metrics: /metrics; a live view: /.
 
     SIGHUP reloads --budget (an invalid file keeps the old budget).
@@ -188,6 +204,9 @@ def collect(
         "receiver_token": receiver_token,
         "api_token": api_token,
         "max_body_bytes": max_body_bytes,
+        "grpc_listen": grpc_listen,
+        "grpc_tls_cert": grpc_tls_cert,
+        "grpc_tls_key": grpc_tls_key,
     }
     try:
         # Durations left out stay None, so that SPANBUDGET_COLLECTOR_* (or the default) apply.

@@ -33,6 +33,7 @@ from ..core.assembly import Assembly
 from ..core.decisions import VerdictSink
 from ..core.judging_core import JudgingCore
 from ..core.metrics import CollectorMetrics, MetricsSink
+from ..intake.grpc_server import GrpcIntake, GrpcTls
 from ..intake.jaeger_pull import JaegerPull
 from ..intake.journal import Journal, JournalSink
 from ..intake.receiver import Intake
@@ -66,6 +67,7 @@ class Pipeline:
     forwarder: Forwarder | None
     pull: JaegerPull | None = None  # traces other collectors sent to Jaeger, judged here
     engine_scraper: EngineScraper | None = None  # the engine's state, for the verdicts
+    grpc: GrpcIntake | None = None  # OTLP/gRPC beside OTLP/HTTP; the app starts it
 
     def start(self) -> None:
         """Start the core's worker, offer it what the journal kept from before a restart,
@@ -202,6 +204,17 @@ def assemble(
             lambda url, service, since, limit: read_jaeger_api(url, service, since, limit=limit),
             memory=settings.assembly.decided_memory,
         )
+    grpc = None
+    if settings.intake.grpc_on:
+        tls = settings.intake
+        grpc = GrpcIntake(
+            intake,
+            tls.grpc_listen,
+            tls=None
+            if tls.grpc_tls_cert is None or tls.grpc_tls_key is None
+            else GrpcTls(tls.grpc_tls_cert, tls.grpc_tls_key),
+            required=tls.grpc_listen_given,
+        )
     return Pipeline(
         settings,
         intake,
@@ -214,4 +227,5 @@ def assemble(
         forwarder,
         pull,
         scraper,
+        grpc,
     )

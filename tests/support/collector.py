@@ -63,6 +63,14 @@ class Collector:
                 raise AssertionError(f"no verdict for {trace_id} within {timeout} s")
             time.sleep(0.05)
 
+    @property
+    def grpc_address(self) -> str:
+        """Where its OTLP/gRPC listens (started with `grpc_listen`)."""
+        grpc = self.pipeline.grpc
+        assert grpc is not None, "started without grpc_listen"
+        assert grpc.serving
+        return grpc.address
+
     def post(self, body: bytes, content_type: str, **headers: str) -> httpx.Response:
         return self.client.post(
             "/v1/traces", content=body, headers={"Content-Type": content_type, **headers}
@@ -72,7 +80,11 @@ class Collector:
 def idle_pipeline(tmp_path: Path) -> Pipeline:
     """A pipeline whose worker is not started: nothing drains its intake queue."""
     settings = CollectorSettings.from_flat(
-        db_path=tmp_path / "v.db", budget_path=BUDGET, retention_seconds=60, retention_count=10
+        db_path=tmp_path / "v.db",
+        budget_path=BUDGET,
+        retention_seconds=60,
+        retention_count=10,
+        grpc_listen="off",
     )
     return assemble(settings, load_budget(BUDGET).budget, alerts=False)
 
@@ -88,7 +100,8 @@ def running_collector(
 ) -> Iterator[Collector]:
     """A collector as `spanbudget collect` assembles it, with a short decision wait and its
     stores under `tmp_path`; `sinks` see the verdicts first; with `alerts` it runs the
-    burn-rate rules (`alert_*`, `alertmanager`, `webhook` settings) and serves /api/alerts."""
+    burn-rate rules (`alert_*`, `alertmanager`, `webhook` settings) and serves /api/alerts.
+    OTLP/gRPC is off unless `grpc_listen` is given (`127.0.0.1:0`: a free port)."""
     values: dict[str, Any] = {
         "db_path": tmp_path / "verdicts.db",
         "budget_path": BUDGET,
@@ -97,6 +110,7 @@ def running_collector(
         "forward_backoff_seconds": 0.05,
         "forward_backoff_max_seconds": 0.2,
         "forward_timeout_seconds": 2.0,
+        "grpc_listen": "off",
         **overrides,
     }
     settings = CollectorSettings.from_flat(**values)
@@ -110,7 +124,7 @@ def running_collector(
     )
     pipeline.start()
     try:
-        with ServerThread(app_for(pipeline)) as server:
+        with ServerThread(app_for(pipeline), lifespan="on") as server:  # starts OTLP/gRPC
             collector = Collector(pipeline, registry, server.url)
             try:
                 yield collector

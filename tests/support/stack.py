@@ -92,6 +92,7 @@ def local_stack(
         data_dir=data,
         budget=REPO / "budget.yaml",
         collector=f"127.0.0.1:{free_port()}",
+        collector_grpc=f"127.0.0.1:{free_port()}",
         engine=f"127.0.0.1:{free_port()}",
         gateway=f"127.0.0.1:{free_port()}",
         decision_wait="0.5s",

@@ -110,7 +110,7 @@ def test_pages_carry_a_content_security_policy_and_every_answer_nosniff(
 
 def test_with_a_receiver_token_the_ui_and_api_ask_for_it_too(tmp_path: Path) -> None:
     settings = CollectorSettings.from_flat(
-        db_path=tmp_path / "v.db", budget_path=BUDGET, receiver_token="s3cret"
+        grpc_listen="off", db_path=tmp_path / "v.db", budget_path=BUDGET, receiver_token="s3cret"
     )
     pipeline = assemble(settings, load_budget(BUDGET).budget, alerts=False)
     basic = "Basic " + base64.b64encode(b"anyone:s3cret").decode()

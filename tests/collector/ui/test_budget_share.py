@@ -72,7 +72,7 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(db: Path) -> Iterator[TestClient]:
-    settings = CollectorSettings.from_flat(db_path=db, budget_path=BUDGET_PATH)
+    settings = CollectorSettings.from_flat(db_path=db, budget_path=BUDGET_PATH, grpc_listen="off")
     pipeline = assemble(settings, BUDGET, alerts=False)  # not started: nothing writes
     try:
         with TestClient(app_for(pipeline)) as test_client:

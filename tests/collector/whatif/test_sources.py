@@ -41,6 +41,7 @@ def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     the four traces and kept their spans."""
     tmp = tmp_path_factory.mktemp("collector")
     settings = CollectorSettings.from_flat(
+        grpc_listen="off",
         db_path=tmp / "verdicts.db",
         budget_path=REPO / "budget.yaml",
         decision_wait_seconds=0.2,
