@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 from spanbudget.collector.spans import AttrValue, Span
 
@@ -28,33 +29,46 @@ def _any_value(value: AttrValue) -> AnyValue:
 
 
 def to_request(spans: Iterable[Span]) -> ExportTraceServiceRequest:
-    """One ResourceSpans per service, in first-seen order."""
+    """One ResourceSpans per service (and host), one ScopeSpans per scope, in first-seen order.
+
+    A span with no scope is written under the scope "tests"; its events are written too.
+    """
     request = ExportTraceServiceRequest()
-    by_service: dict[str, list[Span]] = {}
+    by_resource: dict[tuple[str, str | None], dict[str, list[Span]]] = {}
     for span in spans:
-        by_service.setdefault(span.service, []).append(span)
-    for service, items in by_service.items():
+        scopes = by_resource.setdefault((span.service, span.host), {})
+        scopes.setdefault(span.scope or "tests", []).append(span)
+    for (service, host), scopes in by_resource.items():
         resource_spans = request.resource_spans.add()
-        resource_spans.resource.attributes.append(
+        resource = resource_spans.resource
+        resource.attributes.append(
             KeyValue(key="service.name", value=AnyValue(string_value=service))
         )
-        scope_spans = resource_spans.scope_spans.add()
-        scope_spans.scope.name = "tests"
-        for span in items:
-            out = scope_spans.spans.add()
-            out.trace_id = bytes.fromhex(span.trace_id)
-            out.span_id = bytes.fromhex(span.span_id)
-            if span.parent_span_id:
-                out.parent_span_id = bytes.fromhex(span.parent_span_id)
-            out.name = span.name
-            out.kind = span.kind.to_otlp()
-            out.start_time_unix_nano = span.start_ns
-            out.end_time_unix_nano = span.end_ns
-            for key, value in span.attributes.items():
-                out.attributes.append(KeyValue(key=key, value=_any_value(value)))
-            if span.error:
-                out.status.code = Status.STATUS_CODE_ERROR
+        if host is not None:
+            resource.attributes.append(KeyValue(key="host.name", value=AnyValue(string_value=host)))
+        for scope, items in scopes.items():
+            scope_spans = resource_spans.scope_spans.add()
+            scope_spans.scope.name = scope
+            for span in items:
+                _write_span(span, scope_spans.spans.add())
     return request
+
+
+def _write_span(span: Span, out: OtlpSpan) -> None:
+    out.trace_id = bytes.fromhex(span.trace_id)
+    out.span_id = bytes.fromhex(span.span_id)
+    if span.parent_span_id:
+        out.parent_span_id = bytes.fromhex(span.parent_span_id)
+    out.name = span.name
+    out.kind = span.kind.to_otlp()
+    out.start_time_unix_nano = span.start_ns
+    out.end_time_unix_nano = span.end_ns
+    for key, value in span.attributes.items():
+        out.attributes.append(KeyValue(key=key, value=_any_value(value)))
+    for event in span.events:
+        out.events.add(name=event.name, time_unix_nano=event.time_ns)
+    if span.error:
+        out.status.code = Status.STATUS_CODE_ERROR
 
 
 def to_otlp_json(spans: Sequence[Span]) -> str:

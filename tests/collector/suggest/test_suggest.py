@@ -14,7 +14,7 @@ from spanbudget.app.cli import app
 from spanbudget.collector.budget.loader import load_budget, load_preset, parse_budget
 from spanbudget.collector.budget.model import Budget, WhenAbsent
 from spanbudget.collector.check import evaluate_spans
-from spanbudget.collector.spans import Span
+from spanbudget.collector.spans import Span, SpanKind
 from spanbudget.collector.stats import percentile
 from spanbudget.collector.suggest.budget import (
     MIN_MS,
@@ -28,7 +28,7 @@ from spanbudget.collector.suggest.joint import FLOOR_MS, HEADROOM
 from typer.testing import CliRunner
 
 from tests.support.otlp import to_otlp_json
-from tests.support.traces import rag_trace
+from tests.support.traces import TraceBuilder, rag_trace
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -206,6 +206,52 @@ def test_cli_prints_a_budget_that_loads(traces_file: Path) -> None:
     result = CliRunner().invoke(app, ["budget", "suggest", str(traces_file), "--objective", "0.9"])
     assert result.exit_code == 0, result.output
     assert parse_budget(result.stdout).budget.slo_objective == 0.9
+
+
+def openllmetry_traffic(count: int, *, seed: int = 3) -> list[Span]:
+    """An app traced by OpenLLMetry: its root, a vector search, a streamed chat call whose
+    first chunk comes after a long-tailed wait (and no span the reference budget knows)."""
+    rng = random.Random(seed)
+    spans: list[Span] = []
+    for i in range(count):
+        trace = TraceBuilder(trace_id=f"{0xA0 << 120 | i:032x}")
+        first = 40 + rng.expovariate(1 / 30)
+        root = trace.add("handle question", 0, first + 60, service="app")
+        trace.add(
+            "qdrant.search", 1, 6 + rng.uniform(0, 4), parent=root, kind=SpanKind.CLIENT,
+            service="app", attributes={"db.system": "Qdrant"},
+            scope="opentelemetry.instrumentation.qdrant",
+        )  # fmt: skip
+        trace.add(
+            "openai.chat", 12, first + 55, parent=root, kind=SpanKind.CLIENT, service="app",
+            attributes={"gen_ai.operation.name": "chat", "gen_ai.is_streaming": True},
+            events={"gen_ai.content.completion.chunk": first},
+            scope="opentelemetry.instrumentation.openai.v1",
+        )  # fmt: skip
+        spans += trace.spans
+    return spans
+
+
+def test_cli_recognises_the_instrumentation_and_sets_the_total_from_ttft(
+    tmp_path: Path,
+) -> None:
+    """No --preset: OpenLLMetry's traces are recognised, its preset extended; the total is
+    TTFT's own percentile with the headroom, far from the sum of the stage limits (with
+    `tools`, which no trace had, left out of it)."""
+    spans = openllmetry_traffic(120)
+    path = tmp_path / "app.json"
+    path.write_text(to_otlp_json(spans))
+    result = CliRunner().invoke(app, ["budget", "suggest", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "recognised in 120 of 120 traces" in result.stderr
+    assert "\npreset: openllmetry\n" in result.stdout
+    assert "# tools: no trace had a span for it" in result.stdout
+    budget = parse_budget(result.stdout).budget
+    level = float(re.search(r"limits the p([\d.]+) of each stage", result.stdout)[1])  # type: ignore[index]
+    ttfts = sorted(_ttfts(spans, load_preset("openllmetry").budget))
+    assert len(ttfts) == 120
+    assert budget.total_limit_ms == ceil_ms(percentile(ttfts, level) * (1 + HEADROOM))
+    assert budget.total_limit_ms < sum(s.limit_ms for s in budget.stages)
 
 
 def test_too_few_traces_are_refused_unless_forced(tmp_path: Path) -> None:
