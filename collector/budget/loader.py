@@ -92,8 +92,8 @@ _MARK = {
     "anchor": "what an attribute counts from: span_start (default) or "
     "{child_end: SELECTOR}, the end of the latest-starting child that matches",
     "match": "a list of selectors: only spans that match carry the mark",
-    "first_child": "a selector: the start of the span's earliest child that matches is the"
-    " first token (a server's first response-body send)",
+    "first_child": "a selector: where two or more of the span's children match, the start of"
+    " the earliest is the first token (a server's first response-body send of a stream)",
     "estimate": "true: the mark can be off by an unknown amount, and verdicts say so",
 }
 _ANCHOR_START = "span_start"

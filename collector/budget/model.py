@@ -172,8 +172,9 @@ class FirstTokenMark:
 
     One of three: an `attribute` holding seconds after an anchor; the first of the
     `events` named (its timestamp is the instant); or `first_child`, the start of the
-    earliest child span that matches it (a server's first response-body send: ASGI's
-    `http send` spans, where the first chunk left the server). The anchor is the span's
+    earliest child span that matches it where two or more match (a server's first
+    response-body send of a stream: ASGI's `http send` spans, where the first chunk left
+    the server; an answer sent whole is a single send and marks nothing). The anchor is the span's
     start, or with `anchor`, the end of the latest-starting child span that matches it
     (OpenLIT counts from when the response headers arrived, which is where its HTTP child
     span ends). `match` limits the spans that may carry the mark (empty: any span).
@@ -204,7 +205,8 @@ class FirstTokenMark:
     def describe(self) -> str:
         """One line for people: what the mark reads."""
         if self.first_child is not None:
-            return "the start of the first child span like " + self.first_child.describe()
+            child = self.first_child.describe()
+            return f"the start of the first of several child spans like {child}"
         if self.attribute is None:
             return "event " + " or ".join(sorted(self.events))
         after = "the span's start" if self.anchor is None else "the end of a child span"

@@ -14,7 +14,16 @@ from ..judging.auto import Judges
 from ..judging.verdict import Status, Verdict
 from ..spans import Span, group_by_trace, seconds_value
 
-__all__ = ["CheckResult", "FailOn", "NoMark", "evaluate_spans", "exit_code", "fails", "why_empty"]
+__all__ = [
+    "CheckResult",
+    "FailOn",
+    "NoMark",
+    "SkewWithoutHosts",
+    "evaluate_spans",
+    "exit_code",
+    "fails",
+    "why_empty",
+]
 
 
 class FailOn(enum.Enum):
@@ -49,12 +58,31 @@ class NoMark:
 
 
 @dataclass(frozen=True, slots=True)
+class SkewWithoutHosts:
+    """Traces whose spans were shifted for clock skew (DESIGN §5 rule 3a) where some span
+    names no host, so that service names stood in for hosts: services on one machine, or
+    with synchronised clocks, are shifted by how they ended, not by a clock's error."""
+
+    traces: int
+    largest_ms: float
+
+    def line(self) -> str:
+        return (
+            f"{self.traces} trace(s) had spans shifted for clock skew (up to"
+            f" {self.largest_ms:.2f} ms) between services that name no host: spans of one"
+            " host.name are never shifted (set it with OTEL_RESOURCE_ATTRIBUTES=host.name=..."
+            " or the SDK's host resource detector where the services share a clock)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class CheckResult:
     verdicts: list[Verdict]
     skipped: int  # traces in which no span matched any stage
     started_s: list[float] = field(default_factory=list)  # each verdict's trace start, epoch s
     budgets: dict[str, Budget] = field(default_factory=dict)  # by name: each that judged
     no_mark: list[NoMark] = field(default_factory=list)  # why traces have no first token
+    skew_without_hosts: SkewWithoutHosts | None = None
 
 
 def evaluate_spans(
@@ -72,6 +100,7 @@ def evaluate_spans(
     started_s: list[float] = []
     skipped = 0
     unmarked: dict[str, list[list[Span]]] = {}
+    shifted: list[float] = []  # skew of the traces where service names stood in for hosts
     for trace in group_by_trace(spans).values():
         verdict = judges.evaluate(trace, evaluated_at=evaluated_at)
         if verdict is None:
@@ -81,9 +110,12 @@ def evaluate_spans(
         started_s.append(min(span.start_ns for span in trace) / 1e9)
         if verdict.status is Status.INCOMPLETE and not verdict.damaged:
             unmarked.setdefault(verdict.budget, []).append(trace)
+        if verdict.skew_adjusted_ms > 0 and any(span.host is None for span in trace):
+            shifted.append(verdict.skew_adjusted_ms)
     budgets = {b.name: b for b in judges.budgets()}
     hints = [_no_mark(budgets[name], traces) for name, traces in unmarked.items()]
-    return CheckResult(verdicts, skipped, started_s, budgets, hints)
+    skew = SkewWithoutHosts(len(shifted), max(shifted)) if shifted else None
+    return CheckResult(verdicts, skipped, started_s, budgets, hints, skew)
 
 
 def _no_mark(budget: Budget, traces: list[list[Span]]) -> NoMark:

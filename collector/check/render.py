@@ -269,4 +269,6 @@ def _notes(result: CheckResult, budget: Budget) -> list[str]:
             " health check), left out of the SLO"
         )
     lines += [hint.line() for hint in result.no_mark]
+    if result.skew_without_hosts is not None:
+        lines.append(result.skew_without_hosts.line())
     return lines

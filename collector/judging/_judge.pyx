@@ -930,11 +930,11 @@ cdef class _Trace:
 
     cdef bint first_child_start(self, Py_ssize_t index, object child, int64_t* out) except -1:
         """The start of the earliest-starting child of `index` that matches `child` (the
-        first of a server's response-body sends), as it stands after the skew shift."""
+        first of a server's response-body sends), as it stands after the skew shift; none
+        unless two or more children match (a response sent whole is one body send)."""
         cdef Node* parent = &self.nodes[index]
         cdef Node* kid
-        cdef Py_ssize_t k
-        cdef bint have = False
+        cdef Py_ssize_t k, matched = 0
         cdef int64_t start = 0
         for k in range(parent.kid_count):
             kid = &self.nodes[self.kid_nodes[parent.kids_at + k]]
@@ -942,14 +942,14 @@ cdef class _Trace:
                 continue
             span = self.spans[kid.row]
             if (
-                (not have or kid.start < start)
-                and child.matches_shape(span.name, span.kind, span.service, False)
+                child.matches_shape(span.name, span.kind, span.service, False)
                 and child.matches_attributes(span.attributes)
             ):
-                have = True
-                start = kid.start
+                if matched == 0 or kid.start < start:
+                    start = kid.start
+                matched += 1
         out[0] = start
-        return have
+        return matched > 1
 
     cdef bint anchor_end(self, Py_ssize_t index, object anchor, int64_t* out) except -1:
         """The end of the latest-starting child span of `index` matching `anchor`."""

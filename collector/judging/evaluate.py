@@ -469,17 +469,20 @@ def _response_end(tree: Tree, span_id: str) -> _FirstToken | None:
 
 def _first_child_start(node: Node, child: Selector) -> int | None:
     """The start of the earliest-starting child span that matches `child` (the first of a
-    server's response-body sends), or None when no child matches."""
+    server's response-body sends), or None unless two or more children match: a response
+    sent whole is one body send, and its start is the whole answer, not a first token."""
     found: int | None = None
+    matched = 0
     for kid in node.children:
         if (
             not kid.virtual
-            and (found is None or kid.start < found)
             and child.matches_shape(kid.name, kid.kind, kid.service, False)
             and child.matches_attributes(kid.attributes)
         ):
-            found = kid.start
-    return found
+            matched += 1
+            if found is None or kid.start < found:
+                found = kid.start
+    return found if matched > 1 else None
 
 
 def _anchor_end(node: Node, anchor: Selector) -> int | None:

@@ -143,6 +143,10 @@ def read_request(
         # The calls do not say, and the server whose first send was the first token is
         # not under them (a LangChain chain's context): its sends tell.
         stream = _sends_tell(carrier, children)
+    elif stream is None and carrier is None:
+        # Nor is there a first token: the servers that could have carried the server's
+        # mark (a route that streams answers) tell, each having sent its body whole.
+        stream = _servers_tell(spans, marks, by_id, children)
     last = max(outermost, key=lambda c: (c.end_ns, c.span_id))
     chosen = _call_of(first_token_span, call_ids, by_id) or _chosen(outermost, flags)
     return LlmRequest(
@@ -238,6 +242,34 @@ def _sends_tell(server: Span, children: Mapping[str, list[Span]]) -> bool | None
     kids = children.get(server.span_id, ())
     sends = sum(1 for kid in kids if kid.attributes.get(_ASGI_EVENT) == _BODY_SENT)
     return sends > 1 if sends else None
+
+
+def _servers_tell(
+    spans: Sequence[Span],
+    marks: Sequence[FirstTokenMark],
+    by_id: Mapping[str, Span],
+    children: Mapping[str, list[Span]],
+) -> bool | None:
+    """False when every span that could carry one of `marks`' first body sends (the
+    `match` of a `first_child` mark: a route that streams answers) sent its response body
+    in one message, and at least one did; None otherwise (a server that sent several would
+    have carried the mark)."""
+    told: list[bool] = []
+    for mark in marks:
+        if mark.first_child is None:
+            continue
+        for span in spans:
+            is_root = span.parent_span_id not in by_id
+            if mark.match and not any(
+                sel.matches_shape(span.name, span.kind, span.service, is_root)
+                and sel.matches_attributes(span.attributes)
+                for sel in mark.match
+            ):
+                continue
+            tell = _sends_tell(span, children)
+            if tell is not None:
+                told.append(tell)
+    return False if told and not any(told) else None
 
 
 def _below(span: Span, children: Mapping[str, list[Span]]) -> list[Span]:

@@ -399,6 +399,14 @@ def render(suggestion: Suggestion, *, extends: str | None = None) -> str:
         f"  limit_ms: {number(s.total_limit_ms)}  # "
         + _total_reason(high, s.total, s.total.high_ms, s.total.high_interval)
     )
+    # What the loader adds up: the stages written, and with `extends` the preset's others.
+    limits = _sum(item.stage.limit_ms for item in s.stages if item.observed is not None or extends)
+    if limits > s.total_limit_ms:
+        lines.append(
+            f"  # The stage limits add up to {number(limits)} ms, above this: each is its own"
+            f" stage's {high}, and percentiles do not add up (the slowest traces are slow in"
+            " different stages), so the loader's warning of it is expected here."
+        )
     lines.append("slo:")
     lines.append(
         f"  objective: {s.objective:g}  # {s.share:.1%} of these traces within every limit"

@@ -60,7 +60,7 @@ def _write_span(span: Span, out: OtlpSpan) -> None:
     if span.parent_span_id:
         out.parent_span_id = bytes.fromhex(span.parent_span_id)
     out.name = span.name
-    out.kind = span.kind.to_otlp()
+    out.kind = OtlpSpan.SpanKind.ValueType(span.kind.to_otlp())
     out.start_time_unix_nano = span.start_ns
     out.end_time_unix_nano = span.end_ns
     for key, value in span.attributes.items():

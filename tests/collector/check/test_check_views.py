@@ -17,11 +17,12 @@ from spanbudget.app.cli import app
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.check import evaluate_spans
 from spanbudget.collector.check.render import render_table, short_ids
+from spanbudget.collector.spans import SpanKind
 from spanbudget.collector.stats import percentile, wilson_interval
 from typer.testing import CliRunner
 
 from tests.support.otlp import to_otlp_json
-from tests.support.traces import rag_trace
+from tests.support.traces import TraceBuilder, rag_trace
 
 REPO = Path(__file__).resolve().parents[3]
 BUDGET = str(REPO / "budget.yaml")
@@ -196,3 +197,47 @@ def test_the_worst_overruns_say_what_the_request_asked(tmp_path: Path) -> None:
     excess = prefill["ms"] - prefill["limit_ms"]
     assert reasons == [f"  {'c' * 32}  prefill +{excess:.1f} ms: 512-token prompt"]
     assert {v["attributes"]["gen_ai.usage.input_tokens"] for v in _json(path)} == {512}
+
+
+def _streamed_through_a_server(host: str | None) -> str:
+    """A chat call whose server (another service) streams on 1 ms past the client's span,
+    on one clock: rule 3a centres such a child when the two are on different hosts."""
+    trace = TraceBuilder()
+    root = trace.add("handle question", 0, 100, service="app", host=host)
+    chat = trace.add(
+        "chat m", 3, 97, parent=root, kind=SpanKind.CLIENT, service="app", host=host,
+        attributes={"gen_ai.operation.name": "chat"}, scope="opentelemetry.util.genai.handler",
+    )  # fmt: skip
+    server = trace.add(
+        "POST /v1/chat/completions", 10, 98, parent=chat, kind=SpanKind.SERVER,
+        service="llm", host=host,
+    )  # fmt: skip
+    for at in (45, 50):
+        trace.add(
+            "POST /v1/chat/completions http send", at, at + 0.01, parent=server,
+            service="llm", host=host, attributes={"asgi.event.type": "http.response.body"},
+        )  # fmt: skip
+    return to_otlp_json(trace.spans)
+
+
+@pytest.mark.parametrize("host", [None, "box-1"])
+def test_skew_between_services_with_no_host_is_shown_with_its_remedy(
+    tmp_path: Path, host: str | None
+) -> None:
+    path = tmp_path / "trace.json"
+    path.write_text(_streamed_through_a_server(host))
+    result = runner.invoke(app, ["check", str(path), "--budget", BUDGET])
+    shown = " ".join(result.stdout.split())
+    verdict = json.loads(
+        runner.invoke(app, ["check", str(path), "--budget", BUDGET, "--format", "json"]).stdout
+    )[0]
+    if host is None:
+        # app and llm stand in for hosts: the server is centred in its caller, 4 ms early.
+        assert verdict["skew_adjusted_ms"] == 4.0
+        assert verdict["ttft_ms"] == 41.0
+        assert "1 trace(s) had spans shifted for clock skew (up to 4.00 ms)" in shown
+        assert "host.name" in shown
+    else:
+        assert verdict["skew_adjusted_ms"] == 0.0
+        assert verdict["ttft_ms"] == 45.0  # the first body send, where it happened
+        assert "clock skew" not in shown

@@ -202,6 +202,75 @@ def test_the_servers_first_body_send_is_the_first_token_where_nothing_else_is() 
     assert whole.response_ms == 190.0
 
 
+def server_call(trace: TraceBuilder, parent: object, at: float, body_sends: int) -> None:
+    """A chat call from the app, its server's span and `body_sends` response-body sends."""
+    chat = trace.add(
+        "chat m", at, at + 80, parent=parent, kind=SpanKind.CLIENT, service="app",
+        attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"},
+    )  # fmt: skip
+    server = trace.add(
+        "POST /v1/chat/completions", at + 2, at + 78, parent=chat, kind=SpanKind.SERVER,
+        service="llm",
+    )  # fmt: skip
+    for i in range(body_sends):
+        send = at + 40 + i * 5
+        trace.add(
+            "POST /v1/chat/completions http send", send, send + 0.01, parent=server,
+            service="llm", attributes={"asgi.event.type": "http.response.body"},
+        )  # fmt: skip
+
+
+def test_a_call_answered_whole_before_a_stream_is_not_its_first_token() -> None:
+    # The first call's server sends its whole answer in one body message at 45 ms; the
+    # stream's first chunk leaves at 135 ms. Both server spans sit at the same depth, and
+    # the earlier one would win if one send counted as a first token.
+    trace = TraceBuilder()
+    root = trace.add("handle question", 0, 200, service="app")
+    server_call(trace, root, 5, body_sends=1)
+    server_call(trace, root, 95, body_sends=4)
+    verdict = judged(GENAI, trace.spans)
+    assert verdict.ttft_ms == 135.0
+    assert verdict.first_token is not None
+    assert verdict.first_token["source"] == "first child"
+
+
+def test_a_server_trace_answered_whole_is_not_judged_as_a_stream() -> None:
+    # The server's own trace (the app passed no context), with the preset pinned: one body
+    # send is no first token, and a trace with no LLM call and no first token has nothing
+    # to judge.
+    trace = TraceBuilder()
+    server = trace.add("POST /v1/chat/completions", 0, 80, kind=SpanKind.SERVER, service="llm")
+    trace.add(
+        "POST /v1/chat/completions http send", 70, 70.01, parent=server, service="llm",
+        attributes={"asgi.event.type": "http.response.body"},
+    )  # fmt: skip
+    assert judged(GENAI, trace.spans).status is Status.NOT_APPLICABLE
+
+
+def test_a_server_beside_a_silent_call_that_answered_whole_says_not_streamed() -> None:
+    # A LangChain chain passes its workflow span's context to the server, so the server's
+    # span is the call's sibling, not its child; the call says nothing of streaming, and
+    # the server's one body send says the answer came whole.
+    trace = TraceBuilder()
+    root = trace.add("handle question", 0, 120, service="app")
+    workflow = trace.add("RunnableSequence.workflow", 2, 118, parent=root, service="app")
+    trace.add(
+        "ChatOpenAI.chat", 20, 117, parent=workflow, kind=SpanKind.CLIENT, service="app",
+        attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"},
+    )  # fmt: skip
+    server = trace.add(
+        "POST /v1/chat/completions", 25, 112, parent=workflow, kind=SpanKind.SERVER,
+        service="llm",
+    )  # fmt: skip
+    trace.add(
+        "POST /v1/chat/completions http send", 111, 111.01, parent=server, service="llm",
+        attributes={"asgi.event.type": "http.response.body"},
+    )  # fmt: skip
+    verdict = judged(GENAI, trace.spans)
+    assert verdict.status is Status.NOT_STREAMED
+    assert verdict.response_ms == 117.0
+
+
 def test_openlits_value_without_its_http_child_is_an_estimate() -> None:
     trace = TraceBuilder()
     root = trace.add("handle question", 0, 200, service="app")

@@ -1,201 +1,182 @@
-"""Each preset judges spans that its project's real package produced: an app traced by
-that package, offline, streaming from the engine emulator through the `openai` client.
+"""Streams judged where each instrumentation library marks the first token, and as close to
+what the client saw as that mark can be (issue 44): the zoo's app under OpenLLMetry,
+OpenInference, OpenLIT (with and without its HTTP child), OpenTelemetry's openai-v2 and
+LangChain chains, against a server traced by opentelemetry-instrumentation-fastapi.
 
-The stages add up to the time to first token, each gets its own spans' time, and the first
-token is where that project records it: OpenLIT's time_to_first_token after its HTTP
-child's end, OpenLLMetry's and OpenInference's first-chunk events. Every run also checks
-that the app stayed offline. (The GenAI semconv preset is judged on the reference path's
-spans in `test_suggest_reference.py`: the official opentelemetry-instrumentation-openai-v2,
-2.4b0, sets no gen_ai.response.time_to_first_chunk yet.)
+Every verdict here is `spanbudget check`'s with no preset: the library is recognised per
+trace. Two claims per stream. The judged first token is the library's mark exactly (read
+from the spans as `marks.py` says each library records it; deterministic). And that mark
+against the client's own clock (`time.time_ns()` when the first chunk reached it; the
+spans use the same clock): never after, and the median over a variant's streams within
+1 ms for exact marks (an event; OpenLIT's attribute anchored on its HTTP child), within
+5 ms for the server's first body send (one hop, and LangChain's parser, before the app
+reads it). On a loaded machine a single stream now and then lands further off (the client
+process is descheduled between the instrumentation's timestamp and its own: up to 15 ms
+seen); so the tolerance holds the median, and the largest gap is in the failure message
+and in docs/usage.md's table, not hidden in a wider bound. Where the machine is saturated
+(load average above twice its CPUs) a miss skips with its numbers instead (`zoo.timed`):
+not measured, never passed.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
-from dataclasses import replace
-from datetime import UTC, datetime
+from typing import Any
 
 import pytest
-from spanbudget.collector.budget.loader import load_preset
-from spanbudget.collector.budget.model import DEFAULT_FIRST_TOKEN
-from spanbudget.collector.check import evaluate_spans
 from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.spans import Span, SpanKind
 
-from tests.collector.budget.presets.conftest import AppRun
+from tests.collector.budget.presets.marks import (
+    EXACT_MS,
+    LIBRARIES,
+    judged_instant,
+    library_mark,
+    vllm_mark,
+)
+from tests.collector.budget.presets.zoo import VARIANTS, ZooRun, timed
 
 pytestmark = pytest.mark.slow
 
-NOW = datetime(2026, 12, 2, tzinfo=UTC)
-LIBRARIES = ("openlit", "openllmetry", "openinference")
-APP_SLEEP_MS = 3.0
-# The span that carries each library's own first-token mark, and that instant in ns.
-OPENLIT_TTFT = "gen_ai.server.time_to_first_token"
-VLLM_TTFT = "gen_ai.latency.time_to_first_token"
-EVENTS = {
-    "openllmetry": "gen_ai.content.completion.chunk",
-    "openinference": "First Token Stream Event",
-}
+READ_MS = 0.01  # ttft_ms is rounded to 10 µs
+ROLE_FIRST_GAP_MS = 100.0  # the zoo server's wait between the role-only chunk and content
+# OpenLIT's estimate is early by the wait for the response headers: the held-back time and
+# what it takes a request to get its headers otherwise (a few ms; 15 ms on a first request).
+HEADERS_MARGIN_MS = 30.0
+# LangChain chains with no root span: OpenInference's LangChain spans are never current,
+# so the hook has no context to pass on and the server's spans form a trace of their own.
+UNMARKED = {("lc-openinference", "chain_no_root")}
+TIMED = (Status.OK, Status.WARN, Status.OVERRUN)  # judged on its first token (a busy machine
+# makes the zoo slow: an overrun is the app's, not the mark's)
 
 
-def trace_of(run: AppRun, trace_id: str) -> list[Span]:
-    return [s for s in run.spans if s.trace_id == trace_id]
+def marked_streams(run: ZooRun) -> list[tuple[dict[str, Any], Verdict]]:
+    """Each streamed request whose trace holds its library's mark, with its verdict."""
+    return [
+        (request, run.verdicts[request["trace_id"]])
+        for request in run.requests(stream=True)
+        if (run.variant, request["shape"]) not in UNMARKED
+    ]
 
 
-def root_of(spans: list[Span]) -> Span:
-    (root,) = [s for s in spans if s.name == "handle question"]
-    return root
+def client_gap_ms(run: ZooRun, request: dict[str, Any], verdict: Verdict, key: str) -> float:
+    """Judged first token minus the client's instant `key`, in ms."""
+    assert verdict.ttft_ms is not None, verdict.to_dict()
+    instant = judged_instant(run.trace(request["trace_id"]), verdict.ttft_ms)
+    return (instant - request[key]) / 1e6
 
 
-def verdicts(run: AppRun, preset: str, *, marks: bool = True) -> dict[str, Verdict]:
-    """Judged with the preset; `marks=False`: with its stages but the default marks."""
-    budget = load_preset(preset).budget
-    if not marks:
-        budget = replace(budget, first_token=DEFAULT_FIRST_TOKEN)
-    result = evaluate_spans(run.spans, budget, now=NOW)
-    return {v.trace_id: v for v in result.verdicts}
+def test_each_stream_is_judged_at_its_librarys_mark(run: ZooRun) -> None:
+    """To 10 µs, for every stream, whatever the machine's load: the judged first token is
+    the one its library marked (not an embeddings call's, not the first of two calls', not
+    moved by a clock-skew correction: the zoo runs on one clock), by the source the library
+    calls for, exact or not."""
+    library = LIBRARIES[run.variant]
+    streams = marked_streams(run)
+    assert len(streams) >= 5
+    for request, verdict in streams:
+        assert verdict.status in TIMED, (request["shape"], verdict.to_dict())
+        assert verdict.instrumentation == library.instrumentation
+        assert verdict.first_token is not None
+        assert verdict.first_token["source"] == library.source
+        assert verdict.first_token["exact"] is library.exact
+        spans = run.trace(request["trace_id"])
+        assert verdict.ttft_ms is not None
+        gap_ms = (judged_instant(spans, verdict.ttft_ms) - library_mark(run.variant, spans)) / 1e6
+        assert abs(gap_ms) <= READ_MS, (request["shape"], gap_ms, verdict.first_token)
 
 
-def library_mark(library: str, spans: list[Span]) -> tuple[Span, int]:
-    """The LLM span and its first-token instant, read as the research found each library
-    records it (issue 18's notes), straight from the spans."""
-    if library in EVENTS:
-        (llm,) = [s for s in spans if any(e.name == EVENTS[library] for e in s.events)]
-        return llm, next(t for name, t in llm.events if name == EVENTS[library])
-    assert library == "openlit"
-    (llm,) = [s for s in spans if OPENLIT_TTFT in s.attributes]
-    seconds = llm.attributes[OPENLIT_TTFT]
-    assert isinstance(seconds, float)
-    # Counted from when the response headers came: where the HTTP client span ends.
-    (post,) = [s for s in spans if s.parent_span_id == llm.span_id and s.name == "POST"]
-    assert post.kind is SpanKind.CLIENT
-    return llm, post.end_ns + round(seconds * 1e9)
-
-
-@pytest.fixture(params=LIBRARIES)
-def run(request: pytest.FixtureRequest, app_run: Callable[[str], AppRun]) -> AppRun:
-    return app_run(request.param)
-
-
-def test_the_app_ran_offline_with_the_pinned_packages(run: AppRun) -> None:
-    assert run.report["network_attempts"] == []
-    assert len(run.report["requests"]) == 3
-    assert run.report["versions"]
-
-
-def test_streamed_requests_add_up_to_the_first_token_where_the_library_marks_it(
-    run: AppRun,
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if LIBRARIES[v].exact])
+def test_the_judged_first_token_is_the_clients_first_chunk(
+    zoo: Callable[[str], ZooRun], variant: str
 ) -> None:
-    judged = verdicts(run, run.library)
-    for request in run.requests(stream=True):
-        spans = trace_of(run, request["trace_id"])
-        root = root_of(spans)
-        llm, instant = library_mark(run.library, spans)
-        verdict = judged[request["trace_id"]]
-        assert verdict.status not in (Status.INCOMPLETE, Status.ERROR), verdict.to_dict()
-        assert verdict.ttft_ms == round((instant - root.start_ns) / 1e6, 2)
-        # Marked before the app itself saw the first chunk.
-        assert instant <= request["first_ns"]
-        parts = [s.ms for s in verdict.stages if s.ms is not None]
-        assert round(sum(parts) + verdict.unattributed_ms, 2) == verdict.ttft_ms
-        assert verdict.unattributed_ms == 0
-        # The stage the preset names for each span gets that span's time.
-        llm_stage = verdict.stage("llm")
-        assert llm_stage.ms is not None
-        assert llm_stage.ms > 0
-        assert llm.name in llm_stage.breakdown
-        app = verdict.stage("app")
-        assert app.ms is not None
-        assert app.ms >= APP_SLEEP_MS
-        assert app.breakdown.keys() == {"handle question"}
-        if run.library in ("openlit", "openllmetry"):  # they trace the vector store
-            retrieval = verdict.stage("retrieval")
-            assert retrieval.ms is not None
-            assert retrieval.ms > 0
-            assert retrieval.breakdown
+    """Never after the client got it; the median within the mark's tolerance (OpenLIT's
+    estimate: the next test)."""
+    run = zoo(variant)
+    library = LIBRARIES[variant]
+    gaps = [client_gap_ms(run, r, v, "first_chunk_ns") for r, v in marked_streams(run)]
+    worst = min(gaps)
+    median = statistics.median(gaps)
+    message = f"judged − client: median {median:.2f} ms, worst {worst:.2f} ms over {len(gaps)}"
+    assert max(gaps) <= READ_MS, message
+    timed(abs(median) <= library.tolerance_ms, message)
 
 
-def test_openlit_counts_from_the_http_childs_end_not_the_chat_spans_start(
-    app_run: Callable[[str], AppRun],
+def test_openlit_without_its_http_child_is_early_by_the_headers(
+    zoo: Callable[[str], ZooRun],
 ) -> None:
-    run = app_run("openlit")
-    judged = verdicts(run, "openlit")
-    for request in run.requests(stream=True):
-        spans = trace_of(run, request["trace_id"])
-        root = root_of(spans)
-        chat = next(s for s in spans if OPENLIT_TTFT in s.attributes)
-        seconds = chat.attributes[OPENLIT_TTFT]
-        assert isinstance(seconds, float)
-        from_start = chat.start_ns + round(seconds * 1e9) - root.start_ns
-        ttft = judged[request["trace_id"]].ttft_ms
-        assert ttft is not None
-        assert ttft > round(from_start / 1e6, 2)
+    """OpenLIT counts its time_to_first_token from when the response headers came. With its
+    httpx and requests instrumentors off nothing in the spans says when that was, so the
+    value counted from the chat span's start is an estimate, early by the wait for the
+    headers: by each stream's own wait as the client measured it (the median within 1 ms;
+    the worst in the message), at least by the time the server held them back, and, in the
+    median, by no more than that plus a margin."""
+    run = zoo("openlit-nohttp")
+    streams = marked_streams(run)
+    assert streams
+    gaps: dict[int, list[float]] = {}
+    residuals = []
+    for request, verdict in streams:
+        assert verdict.first_token is not None
+        assert verdict.first_token["exact"] is False
+        gap = client_gap_ms(run, request, verdict, "first_chunk_ns")
+        assert gap <= -request["hold_ms"] + EXACT_MS, request["shape"]  # at least that early
+        gaps.setdefault(request["hold_ms"], []).append(gap)
+        residuals.append(gap + (request["returned_ns"] - request["sent_ns"]) / 1e6)
+    worst = max(residuals, key=abs)
+    median = statistics.median(residuals)
+    timed(abs(median) <= EXACT_MS, f"error + the client's wait for headers: median {median:.2f}"
+          f" ms, worst {worst:.2f} ms")  # fmt: skip
+    for hold_ms, held in gaps.items():
+        median = statistics.median(held)
+        timed(median >= -(hold_ms + HEADERS_MARGIN_MS), f"held {hold_ms} ms: {median:.2f} ms")
 
 
-def test_the_client_sees_its_first_token_after_the_engine_made_it(
-    app_run: Callable[[str], AppRun],
+def test_a_role_only_first_chunk_is_taken_for_the_first_token(run: ZooRun) -> None:
+    """The limitation issue 44's item 9 documents: every library marks the first chunk,
+    also one that carries only the role, and so does the server's first body send; the
+    spans cannot tell. The first content comes 100 ms later."""
+    streams = [(r, v) for r, v in marked_streams(run) if r["shape"].endswith("role_first")]
+    assert streams
+    # An estimate is earlier still, by the wait for the headers.
+    earliest = -ROLE_FIRST_GAP_MS - (25 if LIBRARIES[run.variant].exact else 1000)
+    for request, verdict in streams:
+        to_content = client_gap_ms(run, request, verdict, "first_content_ns")
+        message = f"judged − the client's first content: {to_content:.2f} ms"
+        timed(earliest <= to_content <= -ROLE_FIRST_GAP_MS + 5, message)
+
+
+def test_vllms_span_in_the_trace_leaves_the_first_token_the_clients(
+    zoo: Callable[[str], ZooRun],
 ) -> None:
-    """OpenLLMetry passes the trace context on: vLLM's span is in the app's trace."""
-    run = app_run("openllmetry")
-    for request in run.requests(stream=True):
-        spans = trace_of(run, request["trace_id"])
-        (engine,) = [s for s in spans if s.name == "llm_request"]
-        seconds = engine.attributes[VLLM_TTFT]
-        assert isinstance(seconds, float)
-        _, instant = library_mark("openllmetry", spans)
-        assert instant >= engine.start_ns + round(seconds * 1e9)
+    """The server streams from the engine emulator and passes the context on: vLLM's
+    llm_request is in the app's trace, under the server, with its own first token earlier;
+    the verdict's is still the client's (OpenLLMetry's event), and so are model and tokens."""
+    run = zoo("openllmetry")
+    (request,) = run.requests("vllm")
+    spans = run.trace(request["trace_id"])
+    (engine,) = [s for s in spans if s.name == "llm_request"]
+    (server,) = [s for s in spans if s.span_id == engine.parent_span_id]
+    assert server.service == "zoo-server"
+    verdict = run.verdicts[request["trace_id"]]
+    assert verdict.first_token is not None
+    assert verdict.first_token["source"] == "event"
+    assert verdict.ttft_ms is not None
+    assert vllm_mark(engine) < judged_instant(spans, verdict.ttft_ms)
+    assert verdict.attributes["gen_ai.usage.input_tokens"] == request["usage"]["input"]
 
 
-@pytest.mark.parametrize("library", LIBRARIES)
-def test_a_request_not_streamed_is_left_out_of_the_ttft_slo(
-    app_run: Callable[[str], AppRun], library: str
-) -> None:
-    """Recognised as not streamed (each library's own flag), though vLLM's first token is
-    in the trace where the library passes the context on: the app got the answer whole."""
-    run = app_run(library)
-    (request,) = run.requests(stream=False)
-    verdict = verdicts(run, library)[request["trace_id"]]
-    assert verdict.status is Status.NOT_STREAMED
-    assert verdict.ttft_ms is None
-    assert verdict.response_ms is not None
-    assert verdict.response_ms > 0
-
-
-def test_without_the_presets_marks_event_marks_go_unseen(
-    app_run: Callable[[str], AppRun],
-) -> None:
-    """The default marks are attributes only: OpenInference's traces then have no first
-    token, and OpenLLMetry's end at the engine's first token, before the client got it."""
-    run = app_run("openinference")
-    default = verdicts(run, "openinference", marks=False)
-    for request in run.requests(stream=True):
-        assert default[request["trace_id"]].status is Status.INCOMPLETE
-    run = app_run("openllmetry")
-    default = verdicts(run, "openllmetry", marks=False)
-    preset = verdicts(run, "openllmetry")
-    for request in run.requests(stream=True):
-        engine_ttft = default[request["trace_id"]].ttft_ms
-        client_ttft = preset[request["trace_id"]].ttft_ms
-        assert engine_ttft is not None
-        assert client_ttft is not None
-        assert engine_ttft < client_ttft
-
-
-def test_vllm_preset_on_the_emulators_own_spans(app_run: Callable[[str], AppRun]) -> None:
-    """The emulator emits vLLM 0.33's attribute set: frontend, queue and prefill add up."""
-    run = app_run("openinference")  # its engine spans are traces of their own
-    engine = [s for s in run.spans if s.name == "llm_request"]
-    judged = verdicts(run, "vllm")
-    assert len(engine) == 3
-    for span in engine:
-        verdict = judged[span.trace_id]
-        seconds = span.attributes[VLLM_TTFT]
-        assert isinstance(seconds, float)
-        assert verdict.ttft_ms == round(seconds * 1000, 2)
-        ms = {s.name: s.ms for s in verdict.stages}
-        assert round(sum(v for v in ms.values() if v is not None), 2) == verdict.ttft_ms
-        assert ms["caller"] == 0
-        prefill = verdict.stage("prefill")
-        assert prefill.breakdown.keys() == {"vllm.prefill"}
-        assert prefill.ms is not None
-        assert prefill.ms > 0
+def test_vllm_alone_is_judged_by_the_vllm_preset(zoo: Callable[[str], ZooRun]) -> None:
+    """The server keeps the context from the engine: vLLM's span is a trace of its own,
+    recognised as vLLM's and judged by engine phase."""
+    run = zoo("openllmetry")
+    app_traces = {r["trace_id"] for r in run.requests()}
+    (engine,) = [s for s in run.spans if s.name == "llm_request" and s.trace_id not in app_traces]
+    verdict = run.verdicts[engine.trace_id]
+    assert verdict.instrumentation == "vllm"
+    assert verdict.first_token is not None
+    assert verdict.first_token["source"] == "vllm"
+    assert verdict.ttft_ms == round((vllm_mark(engine) - engine.start_ns) / 1e6, 2)
+    parts = [s.ms for s in verdict.stages if s.ms is not None]
+    assert round(sum(parts) + verdict.unattributed_ms, 2) == verdict.ttft_ms
+    assert verdict.stage("prefill").breakdown.keys() == {"vllm.prefill"}

@@ -110,8 +110,12 @@ def stage_values(verdicts: list[dict[str, Any]]) -> dict[str, list[float]]:
 
 
 def limits_of(text: str) -> dict[str, float]:
+    """The suggested stage limits. The total is TTFT's own percentile, which the stages'
+    percentiles may add up to more than: the loader's one warning, which the file explains."""
     budget = parse_budget(text, "suggested.yaml")
-    assert budget.warnings == ()  # the stage limits sum within the total
+    for warning in budget.warnings:
+        assert "the stage limits add up to" in warning, warning
+        assert "percentiles do not add up" in text
     return {stage.name: stage.limit_ms for stage in budget.budget.stages}
 
 
