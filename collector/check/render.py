@@ -177,7 +177,8 @@ def _reasons(verdicts: Sequence[Verdict]) -> list[tuple[Verdict, str]]:
 def render_table(
     result: CheckResult, budget: Budget, console: Console, *, rows: int | None = None
 ) -> None:
-    """Per budget that judged traces (`budget` and the presets recognition chose): the
+    """Per budget that judged traces (`budget` and the presets recognition chose; where
+    there are several, not one that judged only not_applicable traces): the
     worst `rows` traces (all when None), one row each, then every trace per stage and the
     SLO line; then the counts, which instrumentation judged how many, the requests not
     judged on TTFT, and why traces have no first token. Off a terminal nothing is cut; on
@@ -186,6 +187,14 @@ def render_table(
     for verdict in result.verdicts:
         groups.setdefault(verdict.budget, []).append(verdict)
     budgets = {budget.name: budget, **result.budgets}
+    if len(groups) > 1:
+        # A budget that judged only traces with no LLM call (an app's model list, traced
+        # by no library) has nothing to show: the not_applicable count below says them.
+        groups = {
+            name: verdicts
+            for name, verdicts in groups.items()
+            if any(v.status is not Status.NOT_APPLICABLE for v in verdicts)
+        } or groups
     for name, verdicts in groups.items():
         if len(groups) > 1:
             console.print()
@@ -267,6 +276,15 @@ def _notes(result: CheckResult, budget: Budget) -> list[str]:
         lines.append(
             f"{inapplicable} not applicable: no LLM call in the trace (a model list, a"
             " health check), left out of the SLO"
+        )
+    estimates = sum(
+        1 for v in result.verdicts if v.first_token is not None and v.first_token["exact"] is False
+    )
+    if estimates:
+        lines.append(
+            f"{estimates} first token(s) are estimates (first_token.exact: false): their mark"
+            " is counted from a span's start, not from when the response began (OpenLIT"
+            " without its HTTP child: early by the wait for the response headers)"
         )
     lines += [hint.line() for hint in result.no_mark]
     if result.skew_without_hosts is not None:

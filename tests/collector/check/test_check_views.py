@@ -241,3 +241,51 @@ def test_skew_between_services_with_no_host_is_shown_with_its_remedy(
         assert verdict["skew_adjusted_ms"] == 0.0
         assert verdict["ttft_ms"] == 45.0  # the first body send, where it happened
         assert "clock skew" not in shown
+
+
+def test_first_tokens_that_are_estimates_are_counted_in_the_summary(tmp_path: Path) -> None:
+    # OpenLIT without its HTTP child: its value counts from the chat span's start.
+    trace = TraceBuilder()
+    root = trace.add("handle question", 0, 200, service="app")
+    trace.add(
+        "chat m", 5, 190, parent=root, kind=SpanKind.CLIENT, service="app",
+        attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.request.stream": True,
+            "gen_ai.server.time_to_first_token": 0.04,
+        },
+    )  # fmt: skip
+    path = tmp_path / "openlit.json"
+    path.write_text(to_otlp_json(trace.spans))
+    shown = " ".join(runner.invoke(app, ["check", str(path)]).stdout.split())
+    assert "1 first token(s) are estimates (first_token.exact: false)" in shown
+    exact = tmp_path / "exact.json"
+    exact.write_text(_streamed_through_a_server("box-1"))
+    assert "estimates" not in runner.invoke(app, ["check", str(exact)]).stdout
+
+
+def test_a_budget_that_judged_only_traces_with_no_llm_call_gets_no_section(
+    tmp_path: Path,
+) -> None:
+    # An OpenLIT app's stream, and its model list traced only by the HTTP instrumentation:
+    # recognised as no library, judged by budget.yaml, not_applicable.
+    stream = TraceBuilder()
+    root = stream.add("handle question", 0, 200, service="app")
+    stream.add(
+        "chat m", 5, 190, parent=root, kind=SpanKind.CLIENT, service="app",
+        attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.request.stream": True,
+            "gen_ai.server.time_to_first_token": 0.04,
+        },
+    )  # fmt: skip
+    models = TraceBuilder(trace_id="6" * 32)
+    models.add("GET", 0, 3, kind=SpanKind.CLIENT, service="app")
+    path = tmp_path / "traces.jsonl"
+    path.write_text(to_otlp_json(stream.spans) + "\n" + to_otlp_json(models.spans) + "\n")
+    verdicts = json.loads(
+        runner.invoke(app, ["check", str(path), "--budget", BUDGET, "--format", "json"]).stdout
+    )
+    assert sorted(v["budget"] for v in verdicts) == ["openlit-ttft", "rag-ttft"]
+    shown = runner.invoke(app, ["check", str(path), "--budget", BUDGET]).stdout
+    assert "budget openlit-ttft" in shown
+    assert "budget rag-ttft: TTFT" not in shown  # no section; the count and the line below
+    assert "1 not applicable" in shown
