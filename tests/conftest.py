@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.locks import MACHINE_LOCKS, exclusive
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
 
@@ -59,7 +61,8 @@ def debian_binary() -> Callable[[str], str]:
     """Return a function that finds a Debian tool, installing its package when missing.
 
     The tests that need Prometheus, Alertmanager or Chromium install them themselves, so
-    `make test` works on a machine that has only Python and apt.
+    `make test` works on a machine that has only Python and apt. One worker installs at a
+    time (apt takes no second install meanwhile); the others wait, then find the tool.
     """
 
     def find(binary: str) -> str:
@@ -68,7 +71,9 @@ def debian_binary() -> Callable[[str], str]:
             package = DEBIAN_PACKAGES[binary]
             if os.geteuid() != 0 or shutil.which("apt-get") is None:
                 pytest.fail(f"{binary} is missing and cannot be installed: run as root with apt")
-            _apt_install(package)
+            with exclusive(MACHINE_LOCKS / "apt.lock"):
+                if shutil.which(binary) is None:  # not installed by another worker meanwhile
+                    _apt_install(package)
             path = shutil.which(binary)
         assert path is not None, (
             f"{binary} still missing after installing {DEBIAN_PACKAGES[binary]}"

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.locks import exclusive
+
 __all__ = ["PLAYWRIGHT_CORE", "Browser", "install_playwright_core"]
 
 PLAYWRIGHT_CORE = "playwright-core@1.65.1"
@@ -28,6 +30,17 @@ def install_playwright_core(folder: Path, *, attempts: int = 3) -> Path:
     The registry can fail a request: the install is tried `attempts` times, a few seconds
     apart, and the last failure says what npm printed.
     """
+    # Test workers that ask at once: one installs, the others wait and find it installed.
+    with exclusive(folder / ".install.lock"):
+        _install(folder, attempts)
+        # Replaced whole, never rewritten in place: another worker's node may be reading it.
+        partial = folder / f".browser.js.{os.getpid()}"
+        shutil.copy(DRIVER, partial)
+        partial.replace(folder / "browser.js")
+    return folder
+
+
+def _install(folder: Path, attempts: int) -> None:
     marker = folder / "node_modules" / "playwright-core" / "package.json"
     if not marker.exists():
         npm = shutil.which("npm")
@@ -63,8 +76,6 @@ def install_playwright_core(folder: Path, *, attempts: int = 3) -> Path:
                     f"npm install {PLAYWRIGHT_CORE} failed {attempts} times; last ({failure})"
                 )
             time.sleep(5 * attempt)
-    shutil.copy(DRIVER, folder / "browser.js")
-    return folder
 
 
 class Browser:

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.locks import exclusive
+
 __all__ = ["REQUIREMENTS", "VENVS", "VenvError", "venv_for"]
 
 
@@ -116,7 +118,15 @@ def venv_for(name: str) -> Path:
     target = VENVS / f"{name}-{key}"
     if (target / "complete").exists():
         return target
-    building = VENVS / f".{name}-{key}-{os.getpid()}"
+    # One test worker builds it; another that asks meanwhile waits, then finds it built.
+    with exclusive(VENVS / f".{name}-{key}.lock"):
+        if not (target / "complete").exists():
+            _build(name, requirements, target)
+    return target
+
+
+def _build(name: str, requirements: str, target: Path) -> None:
+    building = target.with_name(f".{target.name}-{os.getpid()}")
     shutil.rmtree(building, ignore_errors=True)
     building.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "venv", str(building)], check=True, timeout=120)
@@ -134,7 +144,6 @@ def venv_for(name: str) -> Path:
         building.rename(target)
     except OSError:  # built meanwhile by another run: keep that one
         shutil.rmtree(building, ignore_errors=True)
-    return target
 
 
 if __name__ == "__main__":  # build them all ahead: python -m tests.collector.budget.presets.venvs
