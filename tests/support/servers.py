@@ -5,6 +5,7 @@ raw ASGI app's request body, and an app that records the connections it is asked
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import time
@@ -29,15 +30,26 @@ async def read_asgi_body(receive: Callable[[], Awaitable[Any]]) -> bytes:
 _GIVEN: set[int] = set()  # ports handed out in this test session
 
 
+def _worker_share() -> tuple[int, int]:
+    """This pytest-xdist worker's number and how many there are ((0, 1) outside xdist)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw3": the fourth worker
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return (int(worker.removeprefix("gw")), count) if worker.startswith("gw") else (0, 1)
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 that was free a moment ago (for a process that binds it itself),
     and not handed out before in this session: a test that starts a dozen processes would
-    otherwise, now and then, be given one port twice."""
+    otherwise, now and then, be given one port twice. Under pytest-xdist each worker takes
+    only its own share of the ports, so no two workers are ever handed the same one between
+    asking and binding. The share goes by port // 2: Linux binds port 0 to odd ports only
+    (it keeps the even ones for outgoing connections)."""
+    index, count = _worker_share()
     while True:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = int(sock.getsockname()[1])
-        if port not in _GIVEN:
+        if port // 2 % count == index and port not in _GIVEN:
             _GIVEN.add(port)
             return port
 
