@@ -38,11 +38,22 @@ def shared_fixtures() -> Path:
 
 @pytest.fixture(scope="session")
 def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three small documents ingested once per session; a stack takes a copy of the data
-    folder (`tests.support.stack.corpus_copy`) rather than embedding them again."""
+    """Three small documents ingested once per run; a stack takes a copy of the data folder
+    (`tests.support.stack.corpus_copy`) rather than embedding them again. Under pytest-xdist
+    the first worker to ask ingests them into the run's shared temp folder, the others wait
+    and read it."""
     from tests.support.stack import ingest_small_corpus
 
-    return ingest_small_corpus(tmp_path_factory.mktemp("small-corpus"), {"HF_HUB_OFFLINE": "1"})
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = shared / "small-corpus"
+    with exclusive(shared / "small-corpus.lock"):
+        if not (root / "ingested").exists():
+            shutil.rmtree(root, ignore_errors=True)  # a worker died halfway
+            root.mkdir()
+            ingest_small_corpus(root, {"HF_HUB_OFFLINE": "1"})
+            (root / "ingested").touch()
+    return root / "data"
 
 
 def _apt_install(package: str) -> None:
