@@ -71,7 +71,13 @@ def same(a: dict[str, Any], b: dict[str, Any]) -> None:
         assert a[key] == pytest.approx(b[key], rel=1e-12, abs=1e-12), key
 
 
-@pytest.mark.parametrize(("since", "run_id"), [(None, None), (NOW - 1800, None), (None, "run-1")])
+@pytest.mark.parametrize(
+    ("since", "run_id"),
+    [(None, None), (NOW - 1800, None), (None, "run-1")],
+    # Named, not by value: each pytest-xdist worker has its own NOW, and the workers must
+    # collect the same test ids.
+    ids=["everything", "last-half-hour", "one-run"],
+)
 def test_columns_give_the_summary_of_the_store(
     store: VerdictStore, since: float | None, run_id: str | None
 ) -> None:
