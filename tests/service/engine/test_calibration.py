@@ -186,7 +186,9 @@ def test_predict_refuses_ambiguous_or_empty_requests() -> None:
     assert "--model-config" in stderr
 
 
-def test_the_server_takes_a_profile_file_and_a_config_json(tmp_path: Path) -> None:
+def test_the_server_takes_a_profile_file_and_a_config_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from spanbudget.service.engine.perf_model import PerfModel
     from spanbudget.service.engine.presets import get_preset
     from spanbudget.service.engine.settings import EngineSettings
@@ -211,7 +213,10 @@ def test_the_server_takes_a_profile_file_and_a_config_json(tmp_path: Path) -> No
     assert PerfModel(h200).prefill_seconds(512) == pytest.approx(
         PerfModel(get_preset("qwen3-8b-h200")).prefill_seconds(512)
     )
-    code, stdout, stderr = _invoke("--gpu-profile", str(tmp_path / "absent.json"))
+    # Named from where it runs: the error box wraps a long path (a worker's temp folder is
+    # longer) across lines, and the file's name with it.
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = _invoke("--gpu-profile", "absent.json")
     assert code == 2  # a usage error before anything serves
     assert "absent.json" in stdout + stderr
 
