@@ -122,7 +122,9 @@ def test_shuffled_and_split_spans_give_the_same_verdicts(tmp_path: Path) -> None
         {"network": 60},
         {"marks": False},
     ]
-    with running_collector(tmp_path) as collector:
+    # A decision wait longer than the posting takes: the test is about split and shuffled
+    # delivery, not about a trace judged while a busy machine is still sending its spans.
+    with running_collector(tmp_path, decision_wait_seconds=2.0) as collector:
         in_order = []
         for n, shape in enumerate(shapes):
             spans = rag_trace(trace_id=f"a{n:031x}", **shape).spans  # type: ignore[arg-type]
