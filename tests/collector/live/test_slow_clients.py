@@ -17,6 +17,8 @@ import pytest
 from tests.deploy.processes import spanbudget_command, start_process, stop_process
 from tests.support.servers import free_port, wait_until
 
+pytestmark = pytest.mark.timing  # the timeouts are one second
+
 SLOW = 100
 TIMEOUT_S = 1.0
 

@@ -183,6 +183,7 @@ def test_an_outage_under_traffic_retries_at_the_backoff_rate_and_logs_twice(
     assert "delivering again" in lines[1]
 
 
+@pytest.mark.timing  # the outage lasts while the sends and the verdict wait run
 def test_a_full_queue_drops_only_what_does_not_fit_and_counts_it(tmp_path: Path) -> None:
     """The queue's bound is where spans are dropped in an outage, counted as queue_full;
     what fitted is delivered when the downstream returns."""

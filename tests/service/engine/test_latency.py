@@ -23,6 +23,9 @@ from spanbudget.service.tokens import TokenCounter
 from .harness import StreamResult, bench_style_stream, build_engine, filler_text, preset, serve
 
 
+pytestmark = pytest.mark.timing
+
+
 def on_some_attempt(
     measure: Callable[[], list[tuple[float, float]]], rel: float, attempts: int = 3
 ) -> None:
