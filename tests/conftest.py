@@ -1,4 +1,5 @@
-"""Shared test fixtures: the fixtures folder beside the checkout, and Debian tools on demand."""
+"""Shared test fixtures: the fixtures folder beside the checkout, and Debian tools on demand;
+and how `make test` spreads the suite over pytest-xdist workers."""
 
 from __future__ import annotations
 
@@ -92,3 +93,40 @@ def debian_binary() -> Callable[[str], str]:
         return path
 
     return find
+
+
+# Under pytest-xdist (`make test`: --dist loadscope) a module's tests stay together on one
+# worker: its module fixtures (a started stack, a built wheel) are built once, and tests that
+# follow one another (the demo's first run, then its second) keep their order. The modules
+# that took longest in the last run go first, so that the many quick ones fill the workers'
+# last minutes instead of one long module starting last.
+MODULE_SECONDS = "spanbudget/module-seconds"
+
+
+def _module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    if not os.environ.get("PYTEST_XDIST_WORKER") or cache is None:
+        return  # a plain run keeps the files' order
+    seconds: dict[str, float] = cache.get(MODULE_SECONDS, {})
+    # Longest first; a module the last run did not see (new, renamed) counts as long. Every
+    # worker reads the same cache, so all of them collect in the same order; the sort is
+    # stable, so a module's tests keep theirs.
+    items.sort(key=lambda item: -seconds.get(_module_of(item.nodeid), float("inf")))
+
+
+_TOOK: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = _module_of(report.nodeid)
+    _TOOK[module] = _TOOK.get(module, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    cache = getattr(session.config, "cache", None)
+    if _TOOK and cache is not None and not hasattr(session.config, "workerinput"):
+        cache.set(MODULE_SECONDS, {**cache.get(MODULE_SECONDS, {}), **_TOOK})
