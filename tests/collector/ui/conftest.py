@@ -18,7 +18,7 @@ from spanbudget.app.stack import spanbudget_command
 
 from tests.collector.ui.browser import Browser, install_playwright_core
 from tests.support.servers import wait_until
-from tests.support.stack import local_stack
+from tests.support.stack import corpus_copy, local_stack
 
 REPO = Path(__file__).resolve().parents[3]
 BROWSER_FOLDER = REPO / ".browser"  # gitignored: playwright-core from npm
@@ -31,12 +31,6 @@ ENV = {
     # Alerts on a 100x shorter clock, and on few traces, so that a burst fires one.
     "SPANBUDGET_COLLECTOR_ALERT_MIN_TRACES": "1",
     "SPANBUDGET_COLLECTOR_ALERT_MIN_OVERRUNS": "1",
-}
-DOCS = {
-    "with.md": "# The with statement\n\nThe with statement wraps a block with methods defined "
-    "by a context manager: __enter__ runs first, __exit__ always runs last.\n",
-    "generators.txt": "Generators\n\nA generator function contains yield. Calling it returns "
-    "an iterator; each next() runs the body to the following yield.\n",
 }
 
 
@@ -70,23 +64,11 @@ class UiStack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> Iterator[UiStack]:
     """Engine, collector and gateway as processes; a 24-request load test through them."""
     root = tmp_path_factory.mktemp("ui-stack")
-    docs = root / "docs"
-    docs.mkdir()
-    for name, text in DOCS.items():
-        (docs / name).write_text(text)
-    data = root / "data"
+    data = corpus_copy(small_corpus, root)
     env = {**os.environ, **ENV}
-    subprocess.run(
-        spanbudget_command("ingest", str(docs), "--data-dir", str(data)),
-        check=True,
-        timeout=300,
-        capture_output=True,
-        env=env,
-        cwd=REPO,
-    )
     spec = local_stack(data, root, ENV, ("--alert-window-scale", "0.01", "--jaeger-ui", JAEGER_UI))
     collector = spec.collector_url
     children = spec.children()
