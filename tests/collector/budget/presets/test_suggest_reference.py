@@ -29,20 +29,13 @@ from typer.testing import CliRunner
 
 from tests.collector.budget.presets.conftest import Receiver
 from tests.support.servers import ServerThread, wait_until
-from tests.support.stack import local_stack, running
+from tests.support.stack import corpus_copy, local_stack, running
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[4]
 REQUESTS = 120  # suggest refuses fewer than 100 judged traces
 ENV = {"HF_HUB_OFFLINE": "1", "OTEL_BSP_SCHEDULE_DELAY": "200", "PYTHONUNBUFFERED": "1"}
-DOCS = {
-    "with.md": "# The with statement\n\nA context manager's __enter__ runs first and its "
-    "__exit__ always runs last, even when the block raises.\n",
-    "generators.txt": "Generators\n\nA generator function contains yield; each next() runs "
-    "the body to the following yield.\n",
-    "slices.rst": "Slices\n======\n\nA slice a[i:j:k] selects items from i up to j, by k.\n",
-}
 
 
 @dataclass
@@ -53,17 +46,9 @@ class ReferenceRun:
 
 
 @pytest.fixture(scope="module")
-def reference_run(tmp_path_factory: pytest.TempPathFactory) -> ReferenceRun:
+def reference_run(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> ReferenceRun:
     root = tmp_path_factory.mktemp("reference")
-    docs = root / "docs"
-    docs.mkdir()
-    for name, text in DOCS.items():
-        (docs / name).write_text(text)
-    data = root / "data"
-    subprocess.run(
-        spanbudget_command("ingest", str(docs), "--data-dir", str(data)),
-        check=True, timeout=300, capture_output=True, env={**os.environ, **ENV}, cwd=REPO,
-    )  # fmt: skip
+    data = corpus_copy(small_corpus, root)
     receiver = Receiver()
     with ServerThread(receiver.app) as forward_to:
         spec = local_stack(data, root, ENV, ("--forward-otlp", forward_to.url))
