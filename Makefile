@@ -49,13 +49,14 @@ typecheck: $(STAMP)
 # The judging tests run a second time on the pure-Python evaluator (the tree), which is
 # what judges where no C compiler built the compiled one: neither path can rot.
 # A binary that `make binaries` did not produce fails the test that needs it (no skip).
-# The suite runs on TEST_WORKERS pytest-xdist workers, one more than the two cores: many
-# tests wait on the processes they start. Each module stays on one worker (loadscope), and
-# the longest modules of the last run start first (tests/conftest.py; xdist's own order, by
-# number of tests, is off). The tests marked `timing` hold a measured time to a bound: they
-# run alone afterwards, on a machine the other workers no longer load.
+# The suite runs on TEST_WORKERS pytest-xdist workers, twice the two cores: many tests wait
+# on the processes they start (on this machine, busy with other runs, four took 10.8 min
+# and three 13.0). Each module stays on one worker (loadscope), and the longest modules of
+# the last run start first (tests/conftest.py; xdist's own order, by number of tests, is
+# off). The tests marked `timing` hold a measured time to a bound: they run alone
+# afterwards, on a machine the other workers no longer load.
 # The 15 slowest tests are listed, to keep a warm run within 10 minutes.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 unit: $(STAMP) binaries
 	SPANBUDGET_REQUIRE_BINARIES=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope \
 		--no-loadscope-reorder -m 'not reference_install and not timing' --durations=15
