@@ -390,6 +390,7 @@ async def test_a_caller_that_stops_waiting_does_not_shift_the_answers(
     assert result.vectors[0] == pytest.approx(embedder.embed([QUERIES[0]])[0], abs=1e-5)
 
 
+@pytest.mark.timing  # a query's wait is held to the window plus 15 ms
 @pytest.mark.parametrize("wait_ms", [0.0, 20.0])
 async def test_a_lone_query_to_the_real_model_waits_no_longer_than_the_window(
     pool: EmbeddingPool, eager: SentenceTransformerEmbedder, wait_ms: float

@@ -57,6 +57,7 @@ def _phases(span: ReadableSpan) -> tuple[float, float, float, float]:
     return ttft, queue, prefill, e2e
 
 
+@pytest.mark.timing  # the first token within 0.1 s of queue and prefill
 def test_llm_request_span_parents_on_traceparent_with_every_attribute(
     planner: OutputPlanner,
 ) -> None:
