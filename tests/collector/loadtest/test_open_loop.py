@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -72,6 +73,7 @@ def test_schedule_is_fixed_and_reproducible() -> None:
     assert [t for t, _ in constant] == [0.0, 0.25, 0.5, 0.75, 1.0]
 
 
+@pytest.mark.timing  # each request ends within the 20 ms before the next is due
 def test_requests_one_after_another_share_one_connection() -> None:
     """Each stream is read to its end, so its connection goes back to the pool: a new TCP
     handshake per request would land in every request's time to first token."""
