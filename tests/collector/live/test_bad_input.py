@@ -197,6 +197,7 @@ def test_wrong_or_missing_bearer_token_is_401(tmp_path: Path) -> None:
         assert collector.metric("spanbudget_spans_received_total") == len(rag_trace().spans)
 
 
+@pytest.mark.timing  # /healthz within 1 s while the bodies are decoded
 def test_healthz_answers_while_hostile_and_large_bodies_are_decoded(collector: Collector) -> None:
     """Decoding runs off the event loop, so neither empty-member gzip bodies nor large
     bodies that take long to parse hold up /healthz (a liveness probe would restart us)."""
