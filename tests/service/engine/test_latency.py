@@ -22,7 +22,6 @@ from spanbudget.service.tokens import TokenCounter
 
 from .harness import StreamResult, bench_style_stream, build_engine, filler_text, preset, serve
 
-
 pytestmark = pytest.mark.timing
 
 
