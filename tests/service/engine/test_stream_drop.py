@@ -40,11 +40,17 @@ def server_log() -> Iterator[_Recorder]:
     quiet_deliberate_cuts()
     recorder = _Recorder()
     logger = logging.getLogger("uvicorn.error")
+    # At uvicorn's own level: a server started quieter earlier in the process (a test's
+    # ServerThread at log_level "critical") leaves the logger there, and a logger's level
+    # is checked before its filters run.
+    level = logger.level
+    logger.setLevel(logging.INFO)
     logger.addFilter(recorder)
     try:
         yield recorder
     finally:
         logger.removeFilter(recorder)
+        logger.setLevel(level)
 
 
 def test_a_dropped_stream_is_cut_and_logged_once_without_traceback(
