@@ -167,18 +167,24 @@ def settle(
     window_start_ns: int,
 ) -> Verdict:
     """The verdict as the request makes it: `not_applicable` without an LLM call and a
-    first token, `not_streamed` when no call streamed (unless the budget judges those),
-    `incomplete` blaming nothing; the LLM call's model and tokens in its attributes; the
-    spans whose parent is not in the trace, besides its root, as `damaged`
-    (`missing_parent`, DESIGN §5 rule 1: judged all the same)."""
+    first token other than a server's first body send, `not_streamed` when no call
+    streamed (unless the budget judges those), `incomplete` blaming nothing; the LLM
+    call's model and tokens in its attributes; the spans whose parent is not in the trace,
+    besides its root, as `damaged` (`missing_parent`, DESIGN §5 rule 1: judged all the
+    same)."""
     attributes = {**verdict.attributes, **request.attributes}
     damaged = verdict.damaged
     missing = _missing_parents(spans)
     if missing:
         damaged = {**(damaged or {}), "missing_parent": missing}
     settled = replace(verdict, attributes=attributes, damaged=damaged, first_token=first_token)
-    if verdict.ttft_ms is None and request.calls == 0:  # an error or not: no LLM call
-        return _blaming_nothing(settled, Status.NOT_APPLICABLE)
+    # No LLM call, and no first token but a server's first body send (the server's own
+    # trace, where the app passed no context on: the app's trace holds the call).
+    served = first_token is not None and first_token.get("source") == "first child"
+    if request.calls == 0 and (verdict.ttft_ms is None or served):
+        return _blaming_nothing(
+            replace(settled, ttft_ms=None, first_token=None), Status.NOT_APPLICABLE
+        )
     skip = budget.non_streamed is NonStreamed.SKIP
     if request.streamed is False and skip and verdict.status is not Status.ERROR:
         whole = request.response_end

@@ -234,7 +234,7 @@ def test_a_call_answered_whole_before_a_stream_is_not_its_first_token() -> None:
     assert verdict.first_token["source"] == "first child"
 
 
-def test_a_server_trace_answered_whole_is_not_judged_as_a_stream() -> None:
+def test_a_servers_own_trace_is_not_judged_as_a_request() -> None:
     # The server's own trace (the app passed no context), with the preset pinned: one body
     # send is no first token, and a trace with no LLM call and no first token has nothing
     # to judge.
@@ -245,6 +245,16 @@ def test_a_server_trace_answered_whole_is_not_judged_as_a_stream() -> None:
         attributes={"asgi.event.type": "http.response.body"},
     )  # fmt: skip
     assert judged(GENAI, trace.spans).status is Status.NOT_APPLICABLE
+    # Streamed, it is the same request the app's own trace holds, with the call in it:
+    # judged there, not twice.
+    for at in (72, 74):
+        trace.add(
+            "POST /v1/chat/completions http send", at, at + 0.01, parent=server, service="llm",
+            attributes={"asgi.event.type": "http.response.body"},
+        )  # fmt: skip
+    streamed = judged(GENAI, trace.spans)
+    assert streamed.status is Status.NOT_APPLICABLE
+    assert streamed.ttft_ms is None
 
 
 def test_a_server_beside_a_silent_call_that_answered_whole_says_not_streamed() -> None:
