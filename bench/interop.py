@@ -1,17 +1,19 @@
-"""Scale-out throughput on this machine, side by side in one run: one `spanbudget collect`,
-three behind the real Collector's load balancer (deploy/otelcol-loadbalancing.yaml, a
-shard sidecar each), and the anchor, the real Collector's own pass-through pipeline
-(OTLP/HTTP in, batch, OTLP/gRPC out) on the same traffic.
+"""Scale-out throughput on this machine, side by side in one run: one `spanbudget collect`
+over OTLP/HTTP and over OTLP/gRPC, three behind the real Collector's load balancer
+(deploy/otelcol-loadbalancing.yaml, OTLP/gRPC straight to each), and the anchor, the real
+Collector's own pass-through pipeline (OTLP/HTTP in, batch, OTLP/gRPC out) on the same
+traffic.
 
 Run: .venv/bin/python bench/interop.py [--traces 20000] [--quick]   (after `make binaries`)
 
 Each run sends the same 11-span reference-path traces, pre-encoded as OTLP protobuf
-requests of 50 traces, from 4 sender threads that honour 503 + Retry-After, and times
-from the first request until every trace is judged (for the pass-through: until its
-exporter's own counter shows every span sent, which its telemetry updates every few
-seconds: that wall time is an upper bound). Spans per CPU-second count the CPU time of the processes
-that do the work (user + system, from /proc): the collectors, and the balancer and its
-sidecars where they are in the path. The machine has 2 cores, which every process and the
+requests of 50 traces, from 4 sender threads (httpx posting the bodies, or grpcio calling
+TraceService/Export with them) that honour 503 + Retry-After and UNAVAILABLE + RetryInfo,
+and times from the first request until every trace is judged (for the pass-through: until
+its exporter's own counter shows every span sent, which its telemetry updates every few
+seconds: that wall time is an upper bound). Spans per CPU-second count the CPU time of
+the processes that do the work (user + system, from /proc): the collectors, and the
+balancer where it is in the path. The machine has 2 cores, which every process and the
 senders share: three collectors cannot be three times one.
 `--quick` sends a few hundred traces: it checks the bench runs, not its numbers.
 """
@@ -26,15 +28,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import grpc
 import httpx
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 from rich.console import Console
 from rich.table import Table
 from spanbudget.app.processes import Child, Supervisor
+from spanbudget.collector.intake.grpc_server import EXPORT_METHOD
 
 from tests.deploy.processes import Otelcol, budget_collector, metric_total
 from tests.deploy.traffic import SPANS_PER_TRACE, traffic
@@ -120,25 +127,64 @@ def cpu_seconds(children: list[Child]) -> float:
     return total
 
 
-def send_all(url: str, payloads: list[bytes]) -> None:
-    """Every payload once, from SENDERS threads; a 503 is retried after its Retry-After."""
-    todo = iter(payloads)
-    lock = threading.Lock()
+def post_http(url: str) -> Callable[[Iterator[bytes]], None]:
+    """A sender posting each body to `url`'s /v1/traces; a 503 waits out its Retry-After."""
 
-    def sender() -> None:
+    def sender(bodies: Iterator[bytes]) -> None:
         with httpx.Client(timeout=30) as client:
-            while True:
-                with lock:
-                    body = next(todo, None)
-                if body is None:
-                    return
+            for body in bodies:
                 while True:
                     answer = client.post(f"{url}/v1/traces", content=body, headers=PROTOBUF)
                     if answer.status_code == 200:
                         break
                     time.sleep(float(answer.headers.get("Retry-After", "0.1")))
 
-    threads = [threading.Thread(target=sender) for _ in range(SENDERS)]
+    return sender
+
+
+def export_grpc(address: str) -> Callable[[Iterator[bytes]], None]:
+    """A sender calling TraceService/Export at `address` with each body as it is encoded;
+    UNAVAILABLE waits out its RetryInfo."""
+
+    def sender(bodies: Iterator[bytes]) -> None:
+        with grpc.insecure_channel(address) as channel:
+            export = channel.unary_unary(EXPORT_METHOD)
+            for body in bodies:
+                while True:
+                    try:
+                        export(body, timeout=30)
+                        break
+                    except grpc.RpcError as error:
+                        if error.code() is not grpc.StatusCode.UNAVAILABLE:
+                            raise
+                        time.sleep(_retry_delay(error))
+
+    return sender
+
+
+def _retry_delay(error: grpc.RpcError) -> float:
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    for detail in status.details if status is not None else ():
+        info = error_details_pb2.RetryInfo()
+        if detail.Unpack(info):
+            return info.retry_delay.seconds + info.retry_delay.nanos / 1e9
+    return 0.1
+
+
+def send_all(sender: Callable[[Iterator[bytes]], None], payloads: list[bytes]) -> None:
+    """Every payload once, shared out among SENDERS threads."""
+    todo = iter(payloads)
+    lock = threading.Lock()
+
+    def bodies() -> Iterator[bytes]:
+        while True:
+            with lock:
+                body = next(todo, None)
+            if body is None:
+                return
+            yield body
+
+    threads = [threading.Thread(target=sender, args=(bodies(),)) for _ in range(SENDERS)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -154,13 +200,20 @@ def judged(urls: list[str]) -> int:
     )
 
 
+def _all_judged(urls: list[str], count: int) -> bool:
+    return judged(urls) >= count
+
+
 def run(
-    workers: list[Child], url: str, payloads: list[bytes], done: Callable[[], bool]
+    workers: list[Child],
+    sender: Callable[[Iterator[bytes]], None],
+    payloads: list[bytes],
+    done: Callable[[], bool],
 ) -> tuple[float, float]:
     """Seconds from the first request until `done`, and the workers' CPU seconds meanwhile."""
     cpu_before = cpu_seconds(workers)
     started = time.perf_counter()
-    send_all(url, payloads)
+    send_all(sender, payloads)
     while not done():
         time.sleep(0.05)
     return time.perf_counter() - started, cpu_seconds(workers) - cpu_before
@@ -170,9 +223,8 @@ def run(
 def started(children: list[Child]) -> Iterator[Supervisor]:
     supervisor = Supervisor()
     try:
-        for child in children:
+        for child in children:  # each once the one it sends to answers
             supervisor.start(child)
-        for child in children:
             supervisor.wait_healthy(child, 120)
         yield supervisor
     finally:
@@ -196,35 +248,42 @@ def main() -> None:
     rows: list[tuple[str, float, float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        # One collector.
-        port = free_port()
-        one = [budget_collector("one", port, root)]
-        with started(one):
-            url = f"http://127.0.0.1:{port}"
-            wall, cpu = run(one, url, payloads, lambda: judged([url]) >= count)
-        rows.append(("one spanbudget collect", wall, cpu, spans / wall))
-        # Three behind the balancer.
+        # One collector, over each transport, one after the other.
+        for transport in ("OTLP/HTTP", "OTLP/gRPC"):
+            port, grpc_port = free_port(), free_port()
+            one = [budget_collector(f"one-{len(rows)}", port, root, grpc_port=grpc_port)]
+            with started(one):
+                url = f"http://127.0.0.1:{port}"
+                sender = (
+                    post_http(url)
+                    if transport == "OTLP/HTTP"
+                    else export_grpc(f"127.0.0.1:{grpc_port}")
+                )
+                wall, cpu = run(one, sender, payloads, partial(_all_judged, [url], count))
+            rows.append((f"one spanbudget collect, {transport}", wall, cpu, spans / wall))
+        # Three behind the balancer, which sends OTLP/gRPC to each.
         ports = [free_port() for _ in range(3)]
-        shards = [
-            Otelcol("otelcol-shard.yaml", {"BUDGET_COLLECTOR_ENDPOINT": f"http://127.0.0.1:{p}"})
-            for p in ports
-        ]
+        grpc_ports = [free_port() for _ in range(3)]
         front = Otelcol(
             "otelcol-loadbalancing.yaml",
             {
-                "BUDGET_COLLECTORS": "[" + ", ".join(s.otlp_grpc for s in shards) + "]",
+                "BUDGET_COLLECTORS": "[" + ", ".join(f"127.0.0.1:{p}" for p in grpc_ports) + "]",
                 "JAEGER_OTLP_ENDPOINT": f"127.0.0.1:{free_port()}",  # nothing forwarded
             },
         )
-        collectors = [budget_collector(f"c{i}", p, root) for i, p in enumerate(ports)]
-        otelcols = [*(s.child(f"shard-{i}", root) for i, s in enumerate(shards))]
-        otelcols.append(front.child("front", root))
-        with started([*collectors, *otelcols]):
+        collectors = [
+            budget_collector(f"c{i}", p, root, grpc_port=g)
+            for i, (p, g) in enumerate(zip(ports, grpc_ports, strict=True))
+        ]
+        balancer = front.child("front", root)
+        with started([*collectors, balancer]):
             urls = [f"http://127.0.0.1:{p}" for p in ports]
-            wall, cpu = run(collectors, front.otlp_http, payloads, lambda: judged(urls) >= count)
-            otelcol_cpu = cpu_seconds(otelcols)
-        rows.append(("three behind load_balancing: collectors", wall, cpu, spans / wall))
-        rows.append(("  the balancer and its 3 sidecars (whole run)", wall, otelcol_cpu, 0.0))
+            wall, cpu = run(
+                collectors, post_http(front.otlp_http), payloads, partial(_all_judged, urls, count)
+            )
+            balancer_cpu = cpu_seconds([balancer])
+        rows.append(("three behind load_balancing (OTLP/gRPC)", wall, cpu, spans / wall))
+        rows.append(("  the balancer (whole run)", wall, balancer_cpu, 0.0))
         # The anchor: the Collector's own pass-through.
         (root / "pass.yaml").write_text(PASS_THROUGH)
         (root / "sink.yaml").write_text(SINK)
@@ -234,7 +293,7 @@ def main() -> None:
         with started([sink.child("sink", root), anchor]):
             wall, cpu = run(
                 [anchor],
-                passing.otlp_http,
+                post_http(passing.otlp_http),
                 payloads,
                 lambda: metric_total(passing.metrics(), "otelcol_exporter_sent_spans") >= spans,
             )
@@ -246,10 +305,14 @@ def main() -> None:
     for name, wall, cpu, rate in rows:
         per_cpu = f"{spans / cpu:,.0f}" if cpu else "-"
         table.add_row(name, f"{wall:.2f}", f"{cpu:.2f}", f"{rate:,.0f}" if rate else "", per_cpu)
-    Console().print(table)
-    one_rate, three_rate, anchor_rate = rows[0][3], rows[1][3], rows[3][3]
-    one_per_cpu, anchor_per_cpu = spans / rows[0][2], spans / rows[3][2]
+    Console(width=120).print(table)
+    http, over_grpc, three, anchor = rows[0], rows[1], rows[2], rows[4]
+    one_rate, three_rate = http[3], three[3]
+    one_per_cpu, grpc_per_cpu = spans / http[2], spans / over_grpc[2]
+    anchor_per_cpu = spans / anchor[2]
     print(
+        f"one collector, OTLP/gRPC / OTLP/HTTP: {over_grpc[3] / one_rate:.2f}x spans/s, "
+        f"{grpc_per_cpu / one_per_cpu:.2f}x spans per CPU-second; "
         f"three / one collector: {three_rate / one_rate:.2f}x spans/s; "
         f"Collector pass-through / one collector: {anchor_per_cpu / one_per_cpu:.1f}x "
         "spans per CPU-second"
@@ -271,7 +334,13 @@ def main() -> None:
         floor=anchor_per_cpu,
         floor_name="the Collector's pass-through",
     )
-    del anchor_rate
+    record(
+        "interop",
+        "one collector over OTLP/gRPC / over OTLP/HTTP (spans per CPU-second)",
+        grpc_per_cpu / one_per_cpu,
+        "x",
+        aim="report",
+    )
 
 
 if __name__ == "__main__":

@@ -9,10 +9,12 @@ figure is a ratio to), the full in-process pipeline (decode, intake journal, que
 tail-based assembly, evaluation, metrics, SQLite WAL store) with CPython's default GC and
 then with the GC settings `spanbudget collect` applies (`live/gc_settings.py`), the same
 without the intake journal and without the revision memory (their costs), the same
-with the
-pure-Python evaluator where the compiled one is built (before and after it, in one run),
-and the same through HTTP (uvicorn, with the sending client in the same process on the
-same core).
+with the pure-Python evaluator where the compiled one is built (before and after it, in
+one run), and the same through each transport, side by side: OTLP/HTTP (uvicorn, httpx
+posting the bodies) and OTLP/gRPC (grpcio's asyncio server on the same event loop, a
+grpcio client sending the same bodies), the sending client in the same process on the
+same core for both. Each row gives spans per second of wall time and per CPU-second of
+the process (every thread: the client's too, where there is one).
 `--quick` judges a few hundred traces: it checks the bench runs, not its numbers.
 """
 
@@ -31,6 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import grpc
 import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -38,6 +41,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from rich.console import Console
 from rich.table import Table
 from spanbudget.collector.budget.loader import load_budget
+from spanbudget.collector.intake.grpc_server import EXPORT_METHOD
 from spanbudget.collector.judging.evaluate import COMPILED, Evaluator
 from spanbudget.collector.live.app import app_for
 from spanbudget.collector.live.gc_settings import tune_for_throughput
@@ -75,10 +79,15 @@ def make_payloads(traces: int, per_request: int, tag: int) -> list[bytes]:
     return payloads
 
 
-def timed(run: Callable[[], object]) -> float:
-    start = time.perf_counter()
+def timed(run: Callable[[], object]) -> tuple[float, float]:
+    """Wall seconds and the process's CPU seconds (all its threads) of one `run()`."""
+    start, cpu = time.perf_counter(), time.process_time()
     run()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
+def best(run: Callable[[], object], times: int) -> tuple[float, float]:
+    return min((timed(run) for _ in range(times)), key=lambda measured: measured[0])
 
 
 def build_pipeline(
@@ -89,11 +98,13 @@ def build_pipeline(
     compiled: bool | None = None,
     journal: bool = True,
     revise: bool = True,
+    grpc: bool = False,
 ) -> Pipeline:
     """The collector as `spanbudget collect` assembles it, without the alert rules; its
-    queue and buffer hold the whole run, and it keeps spans only when asked."""
+    queue and buffer hold the whole run, and it keeps spans only when asked; with `grpc`,
+    OTLP/gRPC on a free port of 127.0.0.1 (the app's lifespan starts it)."""
     settings = CollectorSettings.from_flat(
-        grpc_listen="off",
+        grpc_listen="127.0.0.1:0" if grpc else "off",
         db_path=db,
         journal=journal,
         revise_seconds=60.0 if revise else 0.0,
@@ -133,6 +144,7 @@ def main() -> None:
     payloads = make_payloads(args.traces, args.per_request, 1)
     gc_payloads = make_payloads(args.traces, args.per_request, 3)
     http_payloads = make_payloads(args.traces, args.per_request, 2)
+    grpc_payloads = make_payloads(args.traces, args.per_request, 4)
 
     def decode_only() -> None:
         for body in payloads:
@@ -142,9 +154,9 @@ def main() -> None:
         for body in payloads:
             spans_from_otlp(ExportTraceServiceRequest.FromString(body))
 
-    rows: list[tuple[str, float]] = [
-        ("protobuf decode (floor)", min(timed(decode_only) for _ in range(5))),
-        ("decode + convert to spans (floor)", min(timed(decode_convert) for _ in range(3))),
+    rows: list[tuple[str, tuple[float, float]]] = [
+        ("protobuf decode (floor)", best(decode_only, 5)),
+        ("decode + convert to spans (floor)", best(decode_convert, 3)),
     ]
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -178,14 +190,14 @@ def main() -> None:
         rows.append(("… without the intake journal", timed(lambda: in_process(unjournaled))))
         assert stored(unjournaled) == args.traces
         unjournaled.close()
-        journal_cost = 1 - rows[-1][1] / rows[headline][1]
+        journal_cost = 1 - rows[-1][1][0] / rows[headline][1][0]
 
         # Keeping decided traces' spans to revise them with late spans: its cost, likewise.
         unrevised = build_pipeline(Path(tmp) / "r" / "a.db", spans, revise=False)
         rows.append(("… without the revision memory", timed(lambda: in_process(unrevised))))
         assert stored(unrevised) == args.traces
         unrevised.close()
-        revise_cost = 1 - rows[-1][1] / rows[headline][1]
+        revise_cost = 1 - rows[-1][1][0] / rows[headline][1][0]
 
         if COMPILED:  # the release before, and installs where no C compiler built it
             pure = build_pipeline(Path(tmp) / "p" / "a.db", spans, compiled=False)
@@ -224,13 +236,29 @@ def main() -> None:
                     assert response.status_code == 200, response.status_code
                 assert pipeline.core.wait_idle(600)
 
-            rows.append(("full pipeline, over HTTP", timed(over_http)))
+            rows.append(("full pipeline, over OTLP/HTTP", timed(over_http)))
         judged_b = stored(pipeline)
         pipeline.close()
+        http_row = len(rows) - 1
 
-    assert judged_a == judged_b == args.traces, (judged_a, judged_b)
-    floor = spans / rows[0][1]
-    converted = spans / rows[1][1]
+        pipeline = build_pipeline(Path(tmp) / "c.db", spans, grpc=True)
+        with ServerThread(app_for(pipeline), lifespan="on") as server:  # starts OTLP/gRPC
+            assert pipeline.grpc is not None
+            with grpc.insecure_channel(pipeline.grpc.address) as channel:
+                export = channel.unary_unary(EXPORT_METHOD)  # the bodies as they are
+
+                def over_grpc() -> None:
+                    for body in grpc_payloads:
+                        export(body, timeout=60)
+                    assert pipeline.core.wait_idle(600)
+
+                rows.append(("full pipeline, over OTLP/gRPC", timed(over_grpc)))
+        judged_c = stored(pipeline)
+        pipeline.close()
+
+    assert judged_a == judged_b == judged_c == args.traces, (judged_a, judged_b, judged_c)
+    floor = spans / rows[0][1][0]
+    converted = spans / rows[1][1][0]
     table = Table(
         title=f"Collector throughput, one core: {args.traces:,} traces × 12 spans, "
         f"{len(payloads)} requests of {args.per_request} traces"
@@ -239,20 +267,25 @@ def main() -> None:
     table.add_column("seconds", justify="right")
     table.add_column("spans / s", justify="right")
     table.add_column("traces / s", justify="right")
+    table.add_column("CPU s", justify="right")
+    table.add_column("spans / CPU-s", justify="right")
     table.add_column("÷ decode", justify="right")
     table.add_column("÷ decode+convert", justify="right")
-    for name, seconds in rows:
+    for name, (seconds, cpu) in rows:
         rate = spans / seconds
         table.add_row(
             name,
             f"{seconds:.2f}",
             f"{rate:,.0f}",
             f"{rate / 12:,.0f}",
+            f"{cpu:.2f}",
+            f"{spans / cpu:,.0f}" if cpu else "-",
             f"{rate / floor:.4f}",
             f"{rate / converted:.3f}",
         )
-    Console(width=120).print(table)
-    full = spans / rows[headline][1]
+    Console(width=140).print(table)
+    full = spans / rows[headline][1][0]
+    (http_s, http_cpu), (grpc_s, grpc_cpu) = rows[http_row][1], rows[-1][1]
     record(
         "pipeline",
         f"collector, in-process, one core, {path}",
@@ -263,12 +296,22 @@ def main() -> None:
         floor_name="decode + convert",
         met=full >= 50_000,
     )
-    Console(width=120).print(
-        f"verdicts stored: {judged_a:,} (in-process) and {judged_b:,} (HTTP). Full pipeline ="
-        " decode, intake journal, intake queue, tail-based assembly, evaluation, metrics,"
-        " SQLite WAL store; over HTTP adds uvicorn and the sending httpx client on the same"
-        f" core. The intake journal costs {journal_cost:.1%} of the in-process throughput,"
-        f" the revision memory (late spans revise verdicts) {revise_cost:.1%}."
+    record(
+        "pipeline",
+        "collector over OTLP/gRPC ÷ over OTLP/HTTP, spans per CPU-second (client included)",
+        http_cpu / grpc_cpu,
+        "x",
+        aim="report",
+    )
+    Console(width=140).print(
+        f"verdicts stored: {judged_a:,} (in-process), {judged_b:,} (OTLP/HTTP) and"
+        f" {judged_c:,} (OTLP/gRPC). Full pipeline = decode, intake journal, intake queue,"
+        " tail-based assembly, evaluation, metrics, SQLite WAL store; over OTLP/HTTP adds"
+        " uvicorn and the sending httpx client, over OTLP/gRPC grpcio's server and its client,"
+        f" on the same core. OTLP/gRPC ÷ OTLP/HTTP: {http_s / grpc_s:.2f}x the spans per"
+        f" second, {http_cpu / grpc_cpu:.2f}x the spans per CPU-second. The intake journal"
+        f" costs {journal_cost:.1%} of the in-process throughput, the revision memory (late"
+        f" spans revise verdicts) {revise_cost:.1%}."
     )
 
 

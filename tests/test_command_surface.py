@@ -30,7 +30,7 @@ OPTIONS = {
         "--forward-sample", "--grpc-listen", "--grpc-tls-cert", "--grpc-tls-key",
         "--header-timeout", "--jaeger-ui", "--jaeger-url", "--listen",
         "--log-level", "--max-body-bytes", "--max-trace-age", "--pull-jaeger", "--pull-service",
-        "--receiver-token", "--retention", "--webhook",
+        "--receiver-token", "--replay-wait", "--retention", "--webhook",
     ],
     "compare": [
         "--budget", "--collector", "--confidence", "--fail-on", "--format", "--html",
@@ -96,7 +96,8 @@ COLLECTOR_ENV = [
     "JAEGER_URL", "JOURNAL", "LISTEN", "MAX_BODY_BYTES", "MAX_BUFFERED_SPANS",
     "MAX_SPANS_PER_TRACE", "MAX_SPAN_BYTES", "MAX_TRACES", "MAX_TRACE_AGE_SECONDS",
     "PUBLIC_URL", "PULL_EVERY_SECONDS", "PULL_JAEGER", "PULL_LIMIT", "PULL_SERVICE",
-    "PULL_SETTLE_SECONDS", "PULL_WINDOW_SECONDS", "RECEIVER_TOKEN", "RETENTION_COUNT",
+    "PULL_SETTLE_SECONDS", "PULL_WINDOW_SECONDS", "RECEIVER_TOKEN", "REPLAY_WAIT_SECONDS",
+    "RETENTION_COUNT",
     "RETENTION_SECONDS", "RETRY_AFTER_SECONDS", "REVISE_SECONDS", "REVISE_SPANS",
     "SHUTDOWN_DRAIN_SECONDS", "SPANS_DB_PATH", "SPAN_RETENTION_BYTES", "SPAN_RETENTION_COUNT",
     "WEBHOOK",

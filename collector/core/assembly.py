@@ -1,7 +1,8 @@
 """Tail-based trace assembly, like the OTel Collector's tail-sampling processor.
 
 Spans are held per trace until the trace is due: its root has arrived and `decision_wait`
-has passed since its last span, or its age passes `max_age`. Everything is bounded.
+has passed since its last span, or its age passes `max_age`. Everything is bounded. After
+a restart that found traces in flight, `hold` keeps every trace a while longer.
 """
 
 from __future__ import annotations
@@ -118,6 +119,16 @@ class Assembly:
         self._settled: OrderedDict[str, _Settled] = OrderedDict()  # decision order
         self._settled_spans = 0
         self._revising: OrderedDict[str, _Settled] = OrderedDict()  # by latest late span
+        self.hold_until = float("-inf")  # `hold`: nothing is complete before this
+
+    def hold(self, until: float) -> None:
+        """Judge no trace as complete before `until`; `max_age` still bounds each.
+
+        For a restart that found traces in flight: the senders retry what it refused, each
+        request on its own back-off, so a trace's root may come back before its children,
+        and a root with the decision wait over says nothing about what is still on its way.
+        A later `until` extends the hold, an earlier one changes nothing."""
+        self.hold_until = max(self.hold_until, until)
 
     @classmethod
     def from_settings(cls, settings: AssemblySettings) -> Assembly:
@@ -198,7 +209,7 @@ class Assembly:
         out: list[DueTrace] = []
         by_last = self._by_last
         wait_cutoff = now - self.decision_wait
-        while by_last:
+        while by_last and now >= self.hold_until:
             trace = next(iter(by_last.values()))
             if trace.last > wait_cutoff:
                 break
@@ -224,9 +235,17 @@ class Assembly:
             out.append(self._revision(settled))
         return out
 
-    def flush(self) -> list[DueTrace]:
-        """Every held trace, now (shutdown, force_flush), and every revision waiting."""
-        out = [self._decide(trace_id, "flush") for trace_id in list(self._by_first)]
+    def flush(self, *, rootless: bool = True) -> list[DueTrace]:
+        """Every held trace, now (shutdown, force_flush), and every revision waiting.
+
+        `rootless=False` leaves the traces whose root has not come held, undecided: for a
+        caller whose spans someone else keeps (the intake journal, which offers them again
+        at the next start, where the rest of each trace joins them)."""
+        out = [
+            self._decide(trace_id, "flush")
+            for trace_id, trace in list(self._by_first.items())
+            if rootless or trace.has_root
+        ]
         out += [self._revision(settled) for settled in self._revising.values()]
         self._revising.clear()
         return out
@@ -244,7 +263,8 @@ class Assembly:
         """The earliest time at which `due` could return something, if anything is held."""
         deadlines = []
         if self._by_last:
-            deadlines.append(next(iter(self._by_last.values())).last + self.decision_wait)
+            quiet = next(iter(self._by_last.values())).last + self.decision_wait
+            deadlines.append(max(quiet, self.hold_until))
         if self._by_first:
             deadlines.append(next(iter(self._by_first.values())).first + self.max_age)
         if self._revising:

@@ -78,6 +78,8 @@ class JudgingCore:
         self._busy = False
         self._flush_wanted = 0  # flush requests made ...
         self._flushed = 0  # ... and done
+        self._hold_until = float("-inf")  # `hold`, handed to the assembly by the worker
+        self._defer_rootless = False  # `defer_rootless`: close leaves rootless traces
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
 
     @property
@@ -94,6 +96,22 @@ class JudgingCore:
 
     def start(self) -> None:
         self._thread.start()
+
+    def hold(self, seconds: float) -> None:
+        """Judge no trace as complete for `seconds` from now (each still within its max
+        age): after a restart that found traces in flight, the senders' retries may bring
+        the rest of them in any order (`Assembly.hold`). Any thread."""
+        with self._lock:
+            self._hold_until = max(self._hold_until, self._clock() + seconds)
+            self._work.notify()
+
+    def defer_rootless(self) -> None:
+        """At close, leave the traces held without their root unjudged, instead of judging
+        them from the part that came: for a caller that keeps their spans and offers them
+        again at the next start, where the rest of each trace joins them (the intake
+        journal). Any thread."""
+        with self._lock:
+            self._defer_rootless = True
 
     def ready(self) -> bool:
         return self._thread.is_alive() and not self._closing
@@ -193,9 +211,14 @@ class JudgingCore:
                 closing = self._closing
                 flush_to = self._flush_wanted
                 budget = self._budget
+                hold_until = self._hold_until
+                rootless = not (closing and self._defer_rootless)
                 self._busy = True
             try:
-                self._step(batches, budget, flush=closing or flush_to > self._flushed)
+                assembly.hold(hold_until)
+                self._step(
+                    batches, budget, flush=closing or flush_to > self._flushed, rootless=rootless
+                )
             except Exception:  # the worker must survive any one bad trace or disk hiccup
                 log.exception("judging step failed")
             finally:
@@ -213,7 +236,10 @@ class JudgingCore:
         budget: Budget,
         *,
         flush: bool,
+        rootless: bool = True,
     ) -> None:
+        """Assemble `batches`, judge what is due (everything, with `flush`; the traces
+        without their root too, unless `rootless` is False) and hand it to the sinks."""
         now = self._clock()
         metrics = self.metrics
         assembly = self._assembly
@@ -238,7 +264,13 @@ class JudgingCore:
                         evicted.trace_id, evicted.spans, evicted.reason, None, "buffer_full"
                     )
                 )
-        due = assembly.flush() if flush else assembly.due(now)
+        due = assembly.flush(rootless=rootless) if flush else assembly.due(now)
+        if flush and not rootless and len(assembly):
+            log.info(
+                "%d trace(s) held without their root left unjudged: their spans are kept"
+                " for the next start, where the rest of them joins them",
+                len(assembly),
+            )
         revised: list[DecidedTrace] = []
         if due:
             for decided in self._judge(due):

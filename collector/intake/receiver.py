@@ -2,9 +2,11 @@
 
 `Intake.receive` decodes a body within the limits (`otlp.decode_export`), refuses the
 spans past a trace's bound, writes the body to the journal before the core can decide its
-traces, and offers the spans to the core; the transport (`http.otlp_router`) answers with
-what it returns or raises. `Intake.replay_journal` offers again, at start, what the last
-process acknowledged and did not decide.
+traces, and offers the spans to the core; the transport (`http.otlp_router`,
+`grpc_server.GrpcIntake`) answers with what it returns or raises. `Intake.replay_journal`
+offers again, at start, what the last process acknowledged and did not decide, and holds
+every trace for the replay wait: the rest of those traces is on its way from the senders'
+retries, in any order.
 """
 
 from __future__ import annotations
@@ -116,11 +118,17 @@ class Intake:
     def replay_journal(self) -> int:
         """Offer again what the journal holds from before a restart (the spans of traces
         not yet judged), waiting for room in the queue; return the spans. After the core
-        started, before a transport takes requests."""
+        started, before a transport takes requests.
+
+        Spans given back mean the last process stopped with traces in flight, whose other
+        parts the senders hold and retry, each request on its own back-off: for the replay
+        wait no trace is judged as complete, replayed or not, so that a root retried
+        before its children is not judged without them."""
         journal = self.journal
         if journal is None:
             return 0
         replayed = 0
+        wait = self.settings.replay_wait_seconds
         for entry in journal.entries():
             try:
                 batch = self.decode(
@@ -134,14 +142,19 @@ class Intake:
             judged = self._known({held.span.trace_id for held in batch.spans})
             spans = [held for held in batch.spans if held.span.trace_id not in judged]
             journal.track(entry.seq, {held.span.trace_id for held in spans})
+            if spans and not replayed and wait > 0:
+                self.core.hold(wait)
             while spans and not self.core.offer(spans, lost=batch.lost):
                 time.sleep(0.05)
             replayed += len(spans)
         if replayed:
             self.metrics.spans_received.inc(replayed)
             log.warning(
-                "intake journal: %d acknowledged span(s) from before a restart offered again",
+                "intake journal: %d acknowledged span(s) from before a restart offered again;"
+                " no trace is judged as complete for the replay wait (%g s), while the"
+                " senders' retries bring the rest",
                 replayed,
+                wait,
             )
         return replayed
 

@@ -32,6 +32,11 @@ class IntakeSettings(BaseModel):
     header_timeout_seconds: float = Field(default=10.0, gt=0)  # request line and headers
     body_timeout_seconds: float = Field(default=30.0, gt=0)  # a whole body, once headers are in
     journal: bool = True  # accepted bodies kept on disk until judged: kill -9 loses none
+    # After a start that took spans back from the journal, no trace is judged as complete
+    # for this long (each within its max trace age): the senders retry what the restart
+    # refused, each request on its own back-off, so a root may come before its children.
+    # At least the senders' longest retry interval (the Collector's exporters: 30 s).
+    replay_wait_seconds: float = Field(default=30.0, ge=0)
     # Threads decoding bodies off the event loop.
     decoders: int = Field(default=2, gt=0, validation_alias="intake_decoders")
     # OTLP/gRPC beside OTLP/HTTP: HOST:PORT, or `off`. Left at its default, a port taken

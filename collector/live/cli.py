@@ -104,6 +104,15 @@ def collect(
             help="Judge a trace at this age even if it never completes.", show_default="30s"
         ),
     ] = None,
+    replay_wait: Annotated[
+        str | None,
+        typer.Option(
+            help="After a start that took spans back from the intake journal, judge no trace"
+            " as complete for this long (each still by --max-trace-age): the senders' retries"
+            " bring the rest in any order. Set it to their longest retry interval.",
+            show_default="30s",
+        ),
+    ] = None,
     receiver_token: Annotated[
         str | None,
         typer.Option(
@@ -213,6 +222,7 @@ def collect(
         for key, text in (
             ("decision_wait_seconds", decision_wait),
             ("max_trace_age_seconds", max_trace_age),
+            ("replay_wait_seconds", replay_wait),
             ("retention_seconds", retention),
             ("header_timeout_seconds", header_timeout),
             ("body_timeout_seconds", body_timeout),
@@ -238,6 +248,7 @@ _FLAGS = {
     "db_path": "--db",
     "decision_wait_seconds": "--decision-wait",
     "max_trace_age_seconds": "--max-trace-age",
+    "replay_wait_seconds": "--replay-wait",
     "retention_seconds": "--retention",
     "header_timeout_seconds": "--header-timeout",
     "body_timeout_seconds": "--body-timeout",

@@ -182,6 +182,8 @@ def assemble(
         make_evaluator=make_evaluator,
         annotate=annotate_with(None if scraper is None else scraper.samples),
     )
+    if journal is not None:  # it keeps their spans: judged whole after the next start
+        core.defer_rootless()
     recent = store.recent_statuses(settings.assembly.decided_memory)
     core.remember(trace_id for trace_id, _ in recent)
     if forwarder is not None:  # so that late spans of kept traces follow them

@@ -28,6 +28,7 @@ def live_collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     command = spanbudget_command(
         "collect",
         *("--listen", f"127.0.0.1:{port}"),
+        *("--grpc-listen", "off"),  # not the shared default 4317
         *("--budget", str(REPO / "budget.yaml")),
         *("--db", str(tmp / "verdicts.db")),
         *("--decision-wait", "0.2s"),

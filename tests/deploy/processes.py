@@ -123,11 +123,15 @@ class Otelcol:
         )
 
 
-def budget_collector(name: str, port: int, data: Path, *extra: str) -> Child:
-    """`spanbudget collect` on 127.0.0.1:`port`, its store under `data`, untraced."""
+def budget_collector(
+    name: str, port: int, data: Path, *extra: str, grpc_port: int | None = None
+) -> Child:
+    """`spanbudget collect` on 127.0.0.1:`port`, its store under `data`, untraced; OTLP/gRPC
+    on 127.0.0.1:`grpc_port`, or off (never the shared default 4317)."""
     command = spanbudget_command(
         "collect",
         *("--listen", f"127.0.0.1:{port}"),
+        *("--grpc-listen", "off" if grpc_port is None else f"127.0.0.1:{grpc_port}"),
         *("--budget", str(REPO / "budget.yaml")),
         *("--db", str(data / f"{name}.db")),
         *("--decision-wait", "0.5s"),

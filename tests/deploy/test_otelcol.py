@@ -15,7 +15,7 @@ import yaml
 from tests.support.binaries import go_binary
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIGS = ("otelcol.yaml", "otelcol-loadbalancing.yaml", "otelcol-shard.yaml")
+CONFIGS = ("otelcol.yaml", "otelcol-loadbalancing.yaml")
 KINDS = ("receivers", "processors", "exporters", "extensions", "connectors")
 # Config type -> the manifest's module directory name, where the collector renamed a
 # component to lower_snake_case (the old name stays a deprecated alias) in a way that is
@@ -162,18 +162,40 @@ def test_forward_port_and_load_balancer_match_the_compose_stack() -> None:
     port = _env_default(annotated["endpoint"].partition("}:")[2])
     assert forward == f"http://otel-collector:{port}/v1/traces"
 
+    # The balancer sends straight to each budget collector's own OTLP/gRPC listener: no
+    # sidecar between them.
     balancer = _load("otelcol-loadbalancing.yaml")["exporters"]["load_balancing"]
     assert balancer["routing_key"] == "traceID"
     backends = yaml.safe_load(_env_default(balancer["resolver"]["static"]["hostnames"]))
-    shard = _load("otelcol-shard.yaml")
-    grpc = shard["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
-    grpc_port = _env_default(grpc.partition("}:")[2])
-    assert backends == [f"budget-collector:{grpc_port}", f"budget-collector-2:{grpc_port}"]
+    collectors = ("budget-collector", "budget-collector-2")
+    grpc_ports = {
+        _flag(compose[name]["command"], "--grpc-listen").rpartition(":")[2] for name in collectors
+    }
+    (grpc_port,) = grpc_ports
+    assert backends == [f"{name}:{grpc_port}" for name in collectors]
     environment = compose["otel-collector"]["environment"]
     assert yaml.safe_load(environment["BUDGET_COLLECTORS"]) == backends
-    assert (
-        _env_default(shard["exporters"]["otlp_http/budget"]["endpoint"]) == "http://127.0.0.1:4318"
-    )
-    # Each shard sidecar sits in its collector's network namespace.
-    assert compose["shard-1"]["network_mode"] == "service:budget-collector"
-    assert compose["shard-2"]["network_mode"] == "service:budget-collector-2"
+    assert not [name for name in compose if name.startswith("shard")]
+    assert not (REPO / "deploy" / "otelcol-shard.yaml").exists()
+
+
+def test_the_balancer_holds_a_backends_share_in_order_while_it_restarts() -> None:
+    """Its per-backend exporter keeps retrying for longer than a restart, queues in spans,
+    and sends one request at a time, so that a trace's parts reach a restarted collector
+    in the order they came (docs/deployment.md, "What a restart costs")."""
+    balancer = _load("otelcol-loadbalancing.yaml")["exporters"]["load_balancing"]
+    otlp = balancer["protocol"]["otlp"]
+    retry, queue = otlp["retry_on_failure"], otlp["sending_queue"]
+    assert retry["enabled"]
+    assert retry["max_elapsed_time"] == "300s"
+    assert retry["max_interval"] == "5s"  # the budget collectors' replay wait is longer
+    assert queue["enabled"]
+    assert queue["sizer"] == "items"
+    assert queue["queue_size"] >= 100_000
+    assert queue["num_consumers"] == 1
+    # Nothing in front of the per-backend queues that could reorder what reaches them.
+    assert "sending_queue" not in balancer
+
+
+def _flag(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]

@@ -195,6 +195,7 @@ def test_core_install_checks_and_collects_from_any_directory(
             "collect",
             "--listen",
             f"127.0.0.1:{port}",
+            *("--grpc-listen", "off"),  # not the shared default port
             "--db",
             "verdicts.db",
             "--decision-wait",

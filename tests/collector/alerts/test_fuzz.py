@@ -67,8 +67,9 @@ def test_fuzzed_bodies_never_5xx_keep_memory_flat_and_fire_each_rule_once_at_mos
     command = spanbudget_command(
         "collect",
         *("--listen", f"127.0.0.1:{port}"),
+        *("--grpc-listen", "off"),  # not the shared default port
         *("--db", str(tmp_path / "verdicts.db")),
-        *("--webhook", receiver.url),  # a sink, to count firings; every setting is default
+        *("--webhook", receiver.url),  # a sink, to count firings; every other setting default
     )
     log = tmp_path / "collector.log"
     process = start_process(command, f"{base}/healthz", log)

@@ -81,6 +81,7 @@ def test_a_firing_page_stays_one_page_across_a_restart(
         command = spanbudget_command(
             "collect",
             *("--listen", f"127.0.0.1:{port}"),
+            *("--grpc-listen", "off"),  # not the shared default port
             *("--db", str(tmp_path / "verdicts.db")),
             *("--webhook", receiver.url),
             *("--alert-window-scale", repr(SCALE)),

@@ -1,4 +1,5 @@
-"""Tail-based assembly: decision wait after the root, max age, bounds, duplicates, late spans."""
+"""Tail-based assembly: decision wait after the root, max age, bounds, duplicates, late spans,
+a restart's hold, and a flush that leaves rootless traces held."""
 
 from __future__ import annotations
 
@@ -105,3 +106,38 @@ def test_remembered_traces_come_back_as_late() -> None:
         result = assembly.add(_held(rag_trace(trace_id=f"{n:032x}").spans[:2]), now=0.0)
         assert len(result.late) == (0 if n == 0 else 2)
     assert len(assembly) == 1
+
+
+def test_held_no_trace_is_complete_before_the_hold_ends_and_max_age_still_bounds_it() -> None:
+    """After a restart that found traces in flight: a root retried before its children is
+    quiet past the decision wait, yet it waits for them until the hold ends."""
+    spans = rag_trace(trace_id="d" * 32).spans
+    assembly = _assembly(decision_wait=2.0, max_age=30.0)
+    assembly.hold(10.0)
+    assembly.hold(5.0)  # an earlier end changes nothing
+    assembly.add(_held(spans[:1]), now=0.0)  # the root, first
+    assert assembly.due(5.0) == []
+    assert assembly.next_deadline() == 10.0
+    assembly.add(_held(spans[1:]), now=6.0)  # the rest, from the sender's retry
+    assert assembly.due(9.9) == []
+    (due,) = assembly.due(10.0)
+    assert (due.reason, len(due.spans)) == ("complete", len(spans))
+    # Once the hold is over, the decision wait alone.
+    assembly.add(_held(rag_trace(trace_id="e" * 32).spans), now=11.0)
+    assert assembly.next_deadline() == 13.0
+    assert [d.trace_id for d in assembly.due(13.0)] == ["e" * 32]
+    # A hold longer than the max age: the max age decides.
+    assembly.hold(100.0)
+    assembly.add(_held(rag_trace(trace_id="f" * 32).spans), now=20.0)
+    assert assembly.due(49.9) == []
+    assert [(d.trace_id, d.reason) for d in assembly.due(50.0)] == [("f" * 32, "max_age")]
+
+
+def test_flush_can_leave_the_traces_without_their_root_held() -> None:
+    whole = rag_trace(trace_id="1" * 32).spans
+    rootless = rag_trace(trace_id="2" * 32).spans[1:]
+    assembly = _assembly()
+    assembly.add(_held(whole + rootless), now=0.0)
+    assert [d.trace_id for d in assembly.flush(rootless=False)] == ["1" * 32]
+    assert (len(assembly), assembly.span_count) == (1, len(rootless))
+    assert [(d.trace_id, d.reason) for d in assembly.flush()] == [("2" * 32, "flush")]

@@ -1,10 +1,12 @@
 """The judging core behind both the collector and `BudgetSpanProcessor`: what each step hands
 its sinks, one sink's failure is no other's, the budget has one owner, a restart's stragglers
-are late, and flush keeps its timeout."""
+are late, flush keeps its timeout, a hold keeps every trace until it ends, and close can
+leave the traces without their root to the journal."""
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -209,6 +211,46 @@ def test_close_judges_what_is_queued_and_held(budget: Budget) -> None:
     core.close()
     assert sorted(sink.traces()) == [f"{n + 1:032x}" for n in range(3)]
     assert sink.closed == 1
+
+
+def test_close_can_leave_the_traces_without_their_root_to_whoever_keeps_them(
+    budget: Budget,
+) -> None:
+    """`defer_rootless` (the intake journal keeps the spans): close judges the traces whose
+    root came and leaves the others, which a flush before close still judges."""
+    sink = Recorder()
+    core = _core(budget, sink)
+    core.defer_rootless()
+    core.start()
+    assert core.offer(_held(rag_trace(trace_id="1" * 32).spans[1:]))
+    assert core.flush(10)
+    assert list(sink.traces()) == ["1" * 32]  # a flush is not a close
+    assert core.offer(_held(rag_trace(trace_id="2" * 32).spans))
+    assert core.offer(_held(rag_trace(trace_id="3" * 32).spans[1:]))
+    core.close()
+    assert sorted(sink.traces()) == ["1" * 32, "2" * 32]
+
+
+def test_a_hold_keeps_every_trace_until_it_ends(budget: Budget) -> None:
+    sink = Recorder()
+    assembly = Assembly(
+        decision_wait=0.05, max_age=600.0, max_traces=100, max_spans_per_trace=100,
+        decided_memory=1000,
+    )  # fmt: skip
+    metrics = CollectorMetrics(CollectorRegistry())
+    core = JudgingCore(budget, [sink], assembly=assembly, metrics=metrics, max_queue_spans=1000)
+    core.start()
+    core.hold(1.0)
+    held_at = time.monotonic()
+    assert core.offer(_held(rag_trace(trace_id="4" * 32).spans))
+    time.sleep(0.5)  # ten decision waits
+    assert sink.traces() == {}
+    deadline = time.monotonic() + 10
+    while not sink.traces() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert time.monotonic() - held_at >= 1.0
+    assert list(sink.traces()) == ["4" * 32]
+    core.close()
 
 
 def test_budget_span_processor_flushes_on_its_own_thread_within_its_timeout(

@@ -43,10 +43,15 @@ def test_kill_9_loses_no_acknowledged_trace_and_stores_no_fragment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, journal: bool
 ) -> None:
     monkeypatch.setenv("SPANBUDGET_COLLECTOR_JOURNAL", "true" if journal else "false")
+    # The client sends what it still had at once: no need to wait the default 30 s for
+    # retries (test_replay_wait.py tests the wait itself).
+    monkeypatch.setenv("SPANBUDGET_COLLECTOR_REPLAY_WAIT_SECONDS", "1")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = spanbudget_command(
-        "collect", *("--listen", f"127.0.0.1:{port}"), *("--db", str(tmp_path / "verdicts.db"))
+        "collect",
+        *("--listen", f"127.0.0.1:{port}", "--grpc-listen", "off"),  # not the shared 4317
+        *("--db", str(tmp_path / "verdicts.db")),
     )
     headers = {"Content-Type": "application/x-protobuf"}
     children_acked: set[int] = set()

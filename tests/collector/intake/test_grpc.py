@@ -283,9 +283,12 @@ def test_tls_with_a_certificate_and_key(tmp_path: Path) -> None:
         assert plain.value.code() is grpc.StatusCode.UNAVAILABLE
 
 
-def test_what_grpc_acknowledged_survives_kill_9(tmp_path: Path) -> None:
+def test_what_grpc_acknowledged_survives_kill_9(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each trace's children, then its root in a later message; killed mid-stream, started
     again on the same files: every acknowledged trace judged once, whole."""
+    monkeypatch.setenv("SPANBUDGET_COLLECTOR_REPLAY_WAIT_SECONDS", "1")  # roots sent at once
     port, grpc_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
     command = spanbudget_command(

@@ -31,6 +31,7 @@ def collector(tmp_path: Path) -> Iterator[tuple[int, int, Path]]:
     command = spanbudget_command(
         "collect",
         *("--listen", f"127.0.0.1:{port}"),
+        *("--grpc-listen", "off"),  # not the shared default port
         *("--db", str(tmp_path / "v.db")),
         *("--header-timeout", f"{TIMEOUT_S}s", "--body-timeout", f"{TIMEOUT_S}s"),
     )
