@@ -20,7 +20,7 @@ $(BIN)/python:
 # The install also compiles the evaluator's fast path (setup.py): a change to it rebuilds.
 TORCH := torch==2.13.0
 export SPANBUDGET_WHEELHOUSE ?= $(HOME)/.cache/spanbudget/wheels
-$(STAMP): pyproject.toml setup.py collector/judging/_judge.pyx | $(BIN)/python
+$(STAMP): pyproject.toml setup.py collector/judging/_judge.pyx collector/readers/_wire.pyx | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip download --quiet --dest $(SPANBUDGET_WHEELHOUSE) $(TORCH)
 	$(BIN)/python -m pip install --quiet --no-index --find-links $(SPANBUDGET_WHEELHOUSE) $(TORCH)
@@ -72,7 +72,7 @@ test-install: $(STAMP)
 # each headline figure, its aim and its ratio to the floor measured in the same run.
 # tests/bench runs each of them in its --quick mode (so `make test` and CI do).
 BENCH_SUMMARY := $(abspath .bench-summary.jsonl)
-BENCHES := evaluate instructions readers pipeline overload ui loadgen engine gateway cpu interop
+BENCHES := evaluate instructions readers wire pipeline overload ui loadgen engine gateway cpu interop
 bench: $(STAMP) binaries
 	rm -f $(BENCH_SUMMARY)
 	set -e; for b in $(BENCHES); do \

@@ -9,8 +9,9 @@ that live elsewhere in the repository (the default `budget.yaml` at the top, Jae
 config in deploy/) and that a wheel carries inside `spanbudget/`; an editable install
 reads them where they are (`spanbudget.common.shipped`).
 
-The extension, `collector/judging/_judge.pyx`, is optional: where it cannot be compiled
-(no C compiler), spanbudget installs all the same and judges every trace on its
+The extensions, `collector/judging/_judge.pyx` (the evaluator's fast path) and
+`collector/readers/_wire.pyx` (the OTLP wire reader), are optional: where they cannot be
+compiled (no C compiler), spanbudget installs all the same and judges every trace on its
 pure-Python path, with the same verdicts, at about five times the CPU.
 """
 
@@ -52,7 +53,10 @@ class BuildWithShippedFiles(build_py):
 
 
 extensions = cythonize(
-    [Extension("spanbudget.collector.judging._judge", ["collector/judging/_judge.pyx"])],
+    [
+        Extension("spanbudget.collector.judging._judge", ["collector/judging/_judge.pyx"]),
+        Extension("spanbudget.collector.readers._wire", ["collector/readers/_wire.pyx"]),
+    ],
     language_level=3,
 )
 for extension in extensions:

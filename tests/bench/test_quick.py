@@ -21,6 +21,7 @@ BENCH = REPO / "bench"
 LIGHT = {
     "evaluate.py": ("evaluate (long-lived Evaluator)", 1),
     "readers.py": ("decode + spans_from_otlp", 1),
+    "wire.py": ("compiled wire reader", 2),
     "pipeline.py": ("full pipeline, in-process", 1),
     "overload.py": ("never wait", 1),
     "ui.py": ("overview, everything (100%)", 1),
