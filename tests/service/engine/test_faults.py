@@ -141,6 +141,7 @@ def test_stall_windows_a_step_meets_one_after_another_add_up() -> None:
     assert stalls(4.0, 0.1) == 0.0
 
 
+@pytest.mark.timing  # the window opens at a time: a late step sees less of it
 def test_scheduled_stall_holds_the_step_under_way(
     planner: OutputPlanner,
 ) -> None:
