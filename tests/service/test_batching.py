@@ -125,6 +125,7 @@ async def test_the_batching_window_gathers_queries_that_come_within_it() -> None
     assert embedder.batches == [["first", "second"]]
 
 
+@pytest.mark.timing  # a query's wait is held to the window plus 15 ms
 async def test_a_lone_query_waits_no_longer_than_the_window() -> None:
     wait_ms = 30.0
     embedder = InstantEmbedder()
