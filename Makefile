@@ -46,8 +46,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/python -m tests.support.typecheck
 
-# The judging tests run a second time on the pure-Python evaluator (the tree), which is
-# what judges where no C compiler built the compiled one: neither path can rot.
+# The judging tests run a second time on the pure-Python evaluator (the tree), and the
+# intake's format tests on the protobuf package's reader instead of the wire reader: what
+# judges where no C compiler built the compiled ones. Neither path can rot.
 # A binary that `make binaries` did not produce fails the test that needs it (no skip).
 # The suite runs on TEST_WORKERS pytest-xdist workers, twice the two cores: many tests wait
 # on the processes they start (on this machine, busy with other runs, four took 10.8 min
@@ -61,7 +62,8 @@ unit: $(STAMP) binaries
 	SPANBUDGET_REQUIRE_BINARIES=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope \
 		--no-loadscope-reorder -m 'not reference_install and not timing' --durations=15
 	SPANBUDGET_REQUIRE_BINARIES=1 $(BIN)/pytest -q -m timing
-	SPANBUDGET_PURE_PYTHON=1 $(BIN)/pytest -q tests/collector/judging
+	SPANBUDGET_PURE_PYTHON=1 $(BIN)/pytest -q tests/collector/judging \
+		tests/collector/intake/test_intake_formats.py tests/collector/intake/test_admission.py
 
 # The wheel with [reference] in a fresh venv, running the demo from another directory:
 # a few minutes more, so CI (.ci/run) runs it after `make test`.

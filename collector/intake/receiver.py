@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ..core.held import HeldSpan
 from ..core.judging_core import JudgingCore
 from ..core.metrics import CollectorMetrics
+from ..readers.span_records import AttributeKeys, SpanReader
 from .admission import Admission
 from .journal import Journal
 from .otlp import QUEUE_FULL, Batch, IntakeError, decode_export
@@ -36,6 +37,9 @@ class Intake:
     `known` answers which of some trace ids are judged already (the verdict store), for
     the journal's replay. `originals`: keep each span's OTLP original, which forwarding
     sends on. `max_spans_per_trace` is the assembly's bound, enforced here per request.
+    `reader` reads protobuf bodies whose originals nobody keeps: by default the compiled
+    wire reader where it was built, every attribute kept (the span store and the web UI
+    show them); the protobuf package's messages otherwise.
     """
 
     def __init__(
@@ -48,6 +52,7 @@ class Intake:
         journal: Journal | None = None,
         known: Callable[[Collection[str]], Collection[str]] = lambda ids: (),
         originals: bool = False,
+        reader: SpanReader | None = None,
     ) -> None:
         self.settings = settings
         self.core = core
@@ -57,6 +62,7 @@ class Intake:
         self._known = known
         self._originals = originals
         self.admission = Admission(core.queued, settings.queue_spans)
+        self.reader = reader or SpanReader(AttributeKeys(every=True))
         # Threads that decode large or compressed bodies off the HTTP server's event loop: a
         # few fixed ones, as every thread that allocates grows the process's malloc arenas.
         self.decoders = ThreadPoolExecutor(
@@ -74,6 +80,7 @@ class Intake:
             max_body_bytes=self.settings.max_body_bytes,
             max_span_bytes=self.settings.max_span_bytes,
             originals=self._originals,
+            reader=self.reader,
         )
 
     def receive(

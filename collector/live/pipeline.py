@@ -40,6 +40,7 @@ from ..intake.receiver import Intake
 from ..judging.auto import Judges
 from ..judging.evaluate import Judge
 from ..readers import read_jaeger_api
+from ..readers.span_records import SpanReader
 from ..sinks.alerting import AlertsSink, build_alerts
 from ..sinks.forward import Forwarder
 from ..sinks.span_store import SpanSink, SpanStore
@@ -121,11 +122,13 @@ def assemble(
     sinks: Sequence[VerdictSink] = (),
     clock: Callable[[], float] = time.monotonic,
     make_evaluator: Callable[[Budget], Judge] = Judges,
+    reader: SpanReader | None = None,
 ) -> Pipeline:
     """The collector `settings` describe, judging against `budget`; not started.
 
     `alerts=False` leaves the burn-rate rules out (no `/api/alerts`); `sinks` are extra
-    verdict sinks (tests, benches) placed before the alerts and the forwarder.
+    verdict sinks (tests, benches) placed before the alerts and the forwarder. `reader`
+    reads the intake's protobuf bodies (`Intake`'s default: the compiled wire reader).
 
     Traces already in the store count as decided, so a straggler of a trace judged before
     a restart is a late span, not a second judgement, forwarded if its trace was.
@@ -196,6 +199,7 @@ def assemble(
         journal=journal,
         known=store.known,
         originals=forwarder is not None,
+        reader=reader,
     )
     pull = None
     if settings.pull.jaeger is not None and settings.pull.service is not None:

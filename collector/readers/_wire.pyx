@@ -1,7 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False
 """The OTLP wire reader, compiled: an `ExportTraceServiceRequest`'s protobuf bytes in, the
-columns of its `SpanRecords` out, without a Python object per span (issue 46).
+columns of its `SpanRecords` out, without a Python object per span (issue 46); and
+`spans`, the records' `Span`s made straight from the columns, for the collector's intake
+until assembly and judging read the records themselves.
 
 It walks ExportTraceServiceRequest → ResourceSpans → ScopeSpans → Span itself (field
 numbers of opentelemetry-proto's trace.proto, common.proto and resource.proto) and keeps
@@ -24,7 +26,8 @@ cimport cython
 from cpython.array cimport array, resize_smart
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.object cimport PyObject_GenericSetAttr
+from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcmp, memcpy, memset
@@ -32,6 +35,7 @@ from libc.string cimport memcmp, memcpy, memset
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from ._errors import TraceReadError
+from ..spans import Span, SpanEvent, SpanKind
 from ._otlp import UNKNOWN_SERVICE, _value
 from spanbudget.common.semconv import HOST_ID, HOST_NAME, SERVICE_NAME
 
@@ -1331,3 +1335,118 @@ cdef inline int _push_bytes(
     else:
         memset(column.data.as_uchars + n, 0, width)
     return 0
+
+
+# The records' spans as `Span`s: `SpanRecords.to_spans` and `.spans_within`.
+
+cdef tuple _KINDS = tuple(SpanKind.from_otlp(number) for number in range(6))
+cdef object _new_span = object.__new__
+cdef object _new_tuple = tuple.__new__
+cdef object _Span = Span
+cdef object _SpanEvent = SpanEvent
+cdef const char* _HEX = b"0123456789abcdef"
+
+
+cdef inline str _hex(const uint8_t* p, Py_ssize_t n):
+    cdef char text[32]  # ids are 16 bytes at most
+    cdef Py_ssize_t i
+    for i in range(n):
+        text[2 * i] = _HEX[p[i] >> 4]
+        text[2 * i + 1] = _HEX[p[i] & 15]
+    return PyUnicode_DecodeASCII(text, 2 * n, NULL)
+
+
+cdef inline bint _zeros(const uint8_t* p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i]:
+            return False
+    return True
+
+
+def spans(records, Py_ssize_t max_span_bytes=-1):
+    """`records`' spans, as `SpanRecords.span` makes each, and what each trace lost:
+    with `max_span_bytes` of 0 or more, spans whose own encoding is longer are left out
+    and counted by trace id. Spans of one trace in a row share its id's string."""
+    cdef tuple strings = records.strings
+    cdef tuple lists = records.lists
+    cdef bytes trace_bytes = records.trace_ids
+    cdef bytes span_bytes = records.span_ids
+    cdef bytes parent_bytes = records.parent_ids
+    cdef const uint8_t* trace_ids = <const uint8_t*>PyBytes_AS_STRING(trace_bytes)
+    cdef const uint8_t* span_ids = <const uint8_t*>PyBytes_AS_STRING(span_bytes)
+    cdef const uint8_t* parent_ids = <const uint8_t*>PyBytes_AS_STRING(parent_bytes)
+    cdef array a_start = records.start_ns, a_end = records.end_ns, a_names = records.names
+    cdef array a_kinds = records.kinds, a_errors = records.errors, a_batches = records.batches
+    cdef array a_len = records.span_len, a_attr_bounds = records.attr_bounds
+    cdef array a_attr_keys = records.attr_keys, a_attr_types = records.attr_types
+    cdef array a_attr_values = records.attr_values, a_event_bounds = records.event_bounds
+    cdef array a_event_names = records.event_names, a_event_times = records.event_times
+    cdef array a_services = records.batch_services, a_hosts = records.batch_hosts
+    cdef array a_scopes = records.batch_scopes
+    cdef unsigned int* attr_bounds = a_attr_bounds.data.as_uints
+    cdef unsigned int* attr_keys = a_attr_keys.data.as_uints
+    cdef unsigned char* attr_types = a_attr_types.data.as_uchars
+    cdef long long* attr_values = a_attr_values.data.as_longlongs
+    cdef unsigned int* event_bounds = a_event_bounds.data.as_uints
+    cdef unsigned int* event_names = a_event_names.data.as_uints
+    cdef unsigned long long* event_times = a_event_times.data.as_ulonglongs
+    cdef Py_ssize_t n = len(a_names), i, row, batch, host, scope, kind
+    cdef list out = []
+    cdef dict lost = {}, attributes
+    cdef list events
+    cdef str trace_id = None
+    cdef const uint8_t* last_trace = NULL
+    cdef object span, value
+    cdef long long payload
+    cdef double number
+    for i in range(n):
+        if trace_id is None or memcmp(last_trace, trace_ids + 16 * i, 16) != 0:
+            last_trace = trace_ids + 16 * i
+            trace_id = _hex(last_trace, 16)
+        if max_span_bytes >= 0 and <Py_ssize_t>a_len.data.as_uints[i] > max_span_bytes:
+            lost[trace_id] = lost.get(trace_id, 0) + 1
+            continue
+        attributes = {}
+        for row in range(attr_bounds[i], attr_bounds[i + 1]):
+            payload = attr_values[row]
+            kind = attr_types[row]
+            if kind == STR:
+                value = strings[payload]
+            elif kind == BOOL:
+                value = payload != 0
+            elif kind == INT:
+                value = payload
+            elif kind == DOUBLE:
+                memcpy(&number, &payload, 8)
+                value = number
+            else:
+                value = lists[payload]
+            attributes[strings[attr_keys[row]]] = value
+        events = [
+            _new_tuple(_SpanEvent, (strings[event_names[row]], event_times[row]))
+            for row in range(event_bounds[i], event_bounds[i + 1])
+        ]
+        batch = a_batches.data.as_uints[i]
+        host = a_hosts.data.as_ints[batch]
+        scope = a_scopes.data.as_ints[batch]
+        span = _new_span(_Span)
+        PyObject_GenericSetAttr(span, "trace_id", trace_id)
+        PyObject_GenericSetAttr(span, "span_id", _hex(span_ids + 8 * i, 8))
+        PyObject_GenericSetAttr(span, "name", strings[a_names.data.as_uints[i]])
+        PyObject_GenericSetAttr(span, "start_ns", a_start.data.as_ulonglongs[i])
+        PyObject_GenericSetAttr(span, "end_ns", a_end.data.as_ulonglongs[i])
+        PyObject_GenericSetAttr(
+            span,
+            "parent_span_id",
+            None if _zeros(parent_ids + 8 * i, 8) else _hex(parent_ids + 8 * i, 8),
+        )
+        PyObject_GenericSetAttr(span, "kind", _KINDS[a_kinds.data.as_uchars[i]])
+        PyObject_GenericSetAttr(span, "service", strings[a_services.data.as_uints[batch]])
+        PyObject_GenericSetAttr(span, "attributes", attributes)
+        PyObject_GenericSetAttr(span, "error", a_errors.data.as_uchars[i] == 1)
+        PyObject_GenericSetAttr(span, "events", tuple(events))
+        PyObject_GenericSetAttr(span, "host", None if host < 0 else strings[host])
+        PyObject_GenericSetAttr(span, "scope", None if scope < 0 else strings[scope])
+        out.append(span)
+    return out, lost

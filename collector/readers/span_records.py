@@ -165,7 +165,7 @@ class SpanRecords:
         }
 
     def span(self, i: int) -> Span:
-        """Span i as a `Span`: for what a person or an API reads, off the hot path."""
+        """Span i as a `Span` (the compiled `_wire.spans` makes them all faster)."""
         strings, batch = self.strings, self.batches[i]
         host, scope = self.batch_hosts[batch], self.batch_scopes[batch]
         return Span(
@@ -187,8 +187,27 @@ class SpanRecords:
             None if scope < 0 else strings[scope],
         )
 
-    def to_spans(self) -> list[Span]:
-        return [self.span(i) for i in range(len(self))]
+    def to_spans(self, *, compiled: bool | None = None) -> list[Span]:
+        """Every span as a `Span` (`spans_within`, leaving none out)."""
+        return self.spans_within(None, compiled=compiled)[0]
+
+    def spans_within(
+        self, max_span_bytes: int | None, *, compiled: bool | None = None
+    ) -> tuple[list[Span], dict[str, int]]:
+        """The spans as `Span`s, but those whose own encoding is over `max_span_bytes`,
+        and how many each trace lost so (by hex trace id). `compiled` as `SpanReader`
+        takes it: the compiled reader makes them straight from the columns."""
+        if _use_compiled(compiled):
+            return _wire.spans(self, -1 if max_span_bytes is None else max_span_bytes)
+        spans: list[Span] = []
+        lost: dict[str, int] = {}
+        for i in range(len(self)):
+            if max_span_bytes is not None and self.span_len[i] > max_span_bytes:
+                trace_id = self.trace_id(i)
+                lost[trace_id] = lost.get(trace_id, 0) + 1
+            else:
+                spans.append(self.span(i))
+        return spans, lost
 
     def span_bytes(self, i: int) -> bytes:
         """Span i's own encoding, as it came: an OTLP `Span` message."""
@@ -204,12 +223,8 @@ class SpanReader:
     """
 
     def __init__(self, keys: AttributeKeys, *, compiled: bool | None = None) -> None:
-        if compiled and _wire is None:
-            raise RuntimeError("the compiled OTLP reader (_wire) is not built in this install")
-        if compiled is None:
-            compiled = _wire is not None and os.environ.get(PURE_PYTHON_ENV, "") in ("", "0")
         self.keys = keys
-        self.compiled = compiled
+        self.compiled = _use_compiled(compiled)
         self._seed = int.from_bytes(os.urandom(8), "little")  # the compiled reader's hash key
 
     def read(self, data: bytes, source: str) -> SpanRecords:
@@ -219,6 +234,15 @@ class SpanReader:
         if self.compiled:
             return SpanRecords(*_wire.read(data, source, self.keys, self._seed))
         return records_from_protobuf(data, source, self.keys)
+
+
+def _use_compiled(compiled: bool | None) -> bool:
+    """`compiled` as `SpanReader` takes it, decided."""
+    if compiled and _wire is None:
+        raise RuntimeError("the compiled OTLP reader (_wire) is not built in this install")
+    if compiled is None:
+        return _wire is not None and os.environ.get(PURE_PYTHON_ENV, "") in ("", "0")
+    return compiled
 
 
 def records_from_protobuf(data: bytes, source: str, keys: AttributeKeys) -> SpanRecords:

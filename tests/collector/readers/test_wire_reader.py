@@ -144,19 +144,32 @@ def _compare_records(compiled: SpanRecords, pure: SpanRecords) -> tuple[int, lis
 
 
 def _compare_spans(records: SpanRecords, data: bytes) -> tuple[int, list[str]]:
-    """The records' spans against `spans_from_otlp` (every attribute kept)."""
+    """The records' spans, made by the compiled `spans` and by `SpanRecords.span`, each
+    against `spans_from_otlp` (every attribute kept); types too (a `SpanEvent`, not a
+    tuple; an int, not a bool)."""
     today = spans_from_otlp(ExportTraceServiceRequest.FromString(data))
-    ours = records.to_spans()
     differ = []
     compared = 0
-    for i, (a, b) in enumerate(zip(ours, today, strict=False)):
-        for name in Span_FIELDS:
-            compared += 1
-            if _plain(getattr(a, name)) != _plain(getattr(b, name)):
-                differ.append(f"span {i} {name}: {getattr(a, name)!r} != {getattr(b, name)!r}")
-    if len(ours) != len(today):
-        differ.append(f"{len(ours)} spans != {len(today)}")
+    for compiled in (True, False):
+        ours = records.to_spans(compiled=compiled)
+        for i, (a, b) in enumerate(zip(ours, today, strict=False)):
+            for name in Span_FIELDS:
+                compared += 1
+                mine, theirs = getattr(a, name), getattr(b, name)
+                if _plain(mine) != _plain(theirs) or _types(mine) != _types(theirs):
+                    differ.append(f"span {i} {name} ({compiled=}): {mine!r} != {theirs!r}")
+        if len(ours) != len(today):
+            differ.append(f"{len(ours)} spans != {len(today)} ({compiled=})")
     return compared, differ
+
+
+def _types(value: Any) -> Any:
+    """The types in `value`, nested as it is."""
+    if isinstance(value, list | tuple):
+        return (type(value), [_types(item) for item in value])
+    if isinstance(value, dict):
+        return (dict, {key: _types(item) for key, item in value.items()})
+    return type(value)
 
 
 Span_FIELDS = (
