@@ -14,10 +14,11 @@ import httpx
 import pytest
 import yaml
 from spanbudget.app.processes import Supervisor
-from spanbudget.app.stack import JAEGER_CONFIG, Jaeger
+from spanbudget.app.stack import JAEGER_CONFIG
 
 from tests.support.binaries import go_binary
 from tests.support.servers import free_port, wait_until
+from tests.support.stack import jaeger_on_free_ports
 
 from .processes import budget_collector, metric_total
 
@@ -31,16 +32,7 @@ def test_jaeger_sends_no_spans_of_its_own_to_the_otlp_port(tmp_path: Path, traci
     (tmp_path / "jaeger.yaml").write_text(yaml.safe_dump(config))
     port, grpc_port = free_port(), free_port()
     collector = budget_collector("budget", port, tmp_path, grpc_port=grpc_port)
-    jaeger = Jaeger(
-        go_binary("jaeger"),
-        query_port=free_port(),
-        otlp_http_port=free_port(),
-        otlp_grpc_port=free_port(),
-        health_port=free_port(),
-        query_grpc_port=free_port(),
-        metrics_port=free_port(),
-        config=tmp_path / "jaeger.yaml",
-    )
+    jaeger = jaeger_on_free_ports(go_binary("jaeger"), tmp_path / "jaeger.yaml")
     child = jaeger.child(tmp_path / "jaeger.log")
     child.env = {
         **child.env,

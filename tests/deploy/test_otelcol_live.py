@@ -20,10 +20,10 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 from spanbudget.app.processes import Supervisor
-from spanbudget.app.stack import Jaeger
 
 from tests.support.binaries import go_binary
 from tests.support.servers import ServerThread, free_port, read_asgi_body, wait_until
+from tests.support.stack import jaeger_on_free_ports
 from tests.support.traces import TraceBuilder
 
 from .processes import Otelcol, all_verdicts, budget_collector
@@ -103,15 +103,7 @@ class Front:
 @pytest.fixture(scope="module")
 def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
     root = tmp_path_factory.mktemp("otelcol")
-    jaeger = Jaeger(
-        go_binary("jaeger"),
-        query_port=free_port(),
-        otlp_http_port=free_port(),
-        otlp_grpc_port=free_port(),
-        health_port=free_port(),
-        query_grpc_port=free_port(),
-        metrics_port=free_port(),
-    )
+    jaeger = jaeger_on_free_ports(go_binary("jaeger"))
     sink = MetricsSink()
     port = free_port()
     with ServerThread(sink) as metrics_server:

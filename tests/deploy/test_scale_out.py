@@ -31,6 +31,7 @@ from spanbudget.app.stack import Jaeger
 
 from tests.support.binaries import go_binary
 from tests.support.servers import free_port, wait_until
+from tests.support.stack import jaeger_on_free_ports
 
 from .processes import Otelcol, all_verdicts, budget_collector, metric_total
 from .traffic import SPANS_PER_TRACE, send, send_spans, split_requests, traffic
@@ -53,15 +54,7 @@ class ScaleOut:
 
 @contextmanager
 def scale_out(root: Path) -> Iterator[ScaleOut]:
-    jaeger = Jaeger(
-        go_binary("jaeger"),
-        query_port=free_port(),
-        otlp_http_port=free_port(),
-        otlp_grpc_port=free_port(),
-        health_port=free_port(),
-        query_grpc_port=free_port(),
-        metrics_port=free_port(),
-    )
+    jaeger = jaeger_on_free_ports(go_binary("jaeger"))
     ports = [free_port() for _ in range(SHARDS)]
     grpc_ports = [free_port() for _ in range(SHARDS)]
     front = Otelcol(

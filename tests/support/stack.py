@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from spanbudget.app.processes import Child, Supervisor
-from spanbudget.app.stack import Jaeger, Stack, spanbudget_command
+from spanbudget.app.stack import JAEGER_CONFIG, Jaeger, Stack, spanbudget_command
 
 from tests.support.servers import free_port
 
@@ -26,6 +26,21 @@ SMALL_CORPUS = {
     "slices.rst": "Slices\n======\n\nA slice a[i:j:k] selects items from i up to j in steps "
     "of k; negative steps walk backwards and omitted bounds default to the ends.\n",
 }
+
+
+def jaeger_on_free_ports(binary: Path, config: Path | None = None) -> Jaeger:
+    """Jaeger on free ports of 127.0.0.1, every one of them (its defaults may be taken by
+    another test's Jaeger), with the repository's config or `config`."""
+    return Jaeger(
+        binary,
+        query_port=free_port(),
+        otlp_http_port=free_port(),
+        otlp_grpc_port=free_port(),
+        health_port=free_port(),
+        query_grpc_port=free_port(),
+        metrics_port=free_port(),
+        config=JAEGER_CONFIG if config is None else config,
+    )
 
 
 @contextmanager
@@ -79,15 +94,7 @@ def local_stack(
     with `jaeger_binary`, Jaeger too, every port of it free."""
     jaeger = None
     if jaeger_binary is not None:
-        jaeger = Jaeger(
-            jaeger_binary,
-            query_port=free_port(),
-            otlp_http_port=free_port(),
-            otlp_grpc_port=free_port(),
-            health_port=free_port(),
-            query_grpc_port=free_port(),
-            metrics_port=free_port(),
-        )
+        jaeger = jaeger_on_free_ports(jaeger_binary)
     return Stack(
         data_dir=data,
         budget=REPO / "budget.yaml",
