@@ -126,7 +126,7 @@ def read_request(
     for span in spans:
         if span.parent_span_id is not None:
             children.setdefault(span.parent_span_id, []).append(span)
-    keys = {mark.attribute for mark in marks if mark.attribute is not None}
+    keys = frozenset(mark.attribute for mark in marks if mark.attribute is not None)
     events = frozenset(name for mark in marks for name in mark.events)
     calls = [span for span in spans if is_llm_call(span) or _marked(span, keys, events)]
     if not calls:
@@ -134,9 +134,15 @@ def read_request(
     call_ids = {call.span_id for call in calls}
     # What the caller saw decides: the outermost calls (an engine's span under an app's
     # call says nothing of whether the app streamed), each by its own word, else by the
-    # first call below it that says.
+    # first call below it that says. Where no call says and no server shows its sends
+    # (the reference path), none can: the walks are left out.
     outermost = [c for c in calls if not _has_ancestor_in(c, call_ids, by_id)] or calls
-    flags = [_streaming_of(call, call_ids, children) for call in outermost]
+    if any(streamed(call) is not None for call in calls) or any(
+        _ASGI_EVENT in span.attributes for span in spans
+    ):
+        flags = [_streaming_of(call, call_ids, children) for call in outermost]
+    else:
+        flags = [None] * len(outermost)
     stream = True if True in flags else (False if None not in flags else None)
     carrier = by_id.get(first_token_span) if first_token_span is not None else None
     if stream is None and carrier is not None and carrier.kind is SpanKind.SERVER:
@@ -214,10 +220,10 @@ def _blaming_nothing(verdict: Verdict, status: Status) -> Verdict:
     )
 
 
-def _marked(span: Span, keys: set[str], events: frozenset[str]) -> bool:
-    if any(key in span.attributes for key in keys):
+def _marked(span: Span, keys: frozenset[str], events: frozenset[str]) -> bool:
+    if keys and not keys.isdisjoint(span.attributes):
         return True
-    return bool(events) and any(event.name in events for event in span.events)
+    return bool(events and span.events) and any(event.name in events for event in span.events)
 
 
 def _flag(value: AttrValue | None) -> bool | None:
