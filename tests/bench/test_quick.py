@@ -27,8 +27,9 @@ LIGHT = {
     "ui.py": ("overview, everything (100%)", 1),
     "loadgen.py": ("poisson", 1),
     "engine.py": ("step time modelled vs actual", 1),
-    # The real Collector and Jaeger binaries that `make binaries` builds.
-    "interop.py": ("Collector pass-through", 2),
+    # The real Collector and Jaeger binaries that `make binaries` builds; its last row is the
+    # Collector's tail sampler, the anchor of the summary's throughput figures.
+    "interop.py": ("Collector tail_sampling", 5),
 }
 # Counted under valgrind, which the test installs from Debian when it is missing.
 VALGRIND = {"instructions.py": ("instructions per 12-span trace", 1)}
@@ -74,6 +75,11 @@ def test_each_bench_runs_quick(script: str, tmp_path: Path) -> None:
     if script == "interop.py":
         go_binary("otelcol-spanbudget")  # fails, or skips, as every test that runs it
     check(script, start_quick(script, tmp_path), tmp_path)
+    if script == "interop.py":
+        summary = (tmp_path / "interop.py.jsonl").read_text().splitlines()
+        anchors = [row for row in map(json.loads, summary) if row["anchor"]]
+        assert [row["unit"] for row in anchors] == ["spans/CPU-s"]
+        assert anchors[0]["measured"] > 0
 
 
 def test_the_instruction_count_runs_quick(
@@ -113,8 +119,12 @@ def test_the_summary_prints_every_figure(tmp_path: Path) -> None:
     rows = [
         {"bench": "a", "figure": "x", "measured": 12.5, "unit": "µs", "aim": "≤ 20 µs",
          "floor": 2.5, "floor_name": "walk", "met": True},
-        {"bench": "b", "figure": "y", "measured": 30000, "unit": "spans/s", "aim": "≥ 50,000",
-         "floor": 120000, "floor_name": "decode", "met": False},
+        {"bench": "pipeline", "figure": "y", "measured": 30000, "unit": "spans/s",
+         "aim": "≥ 50,000", "floor": 120000, "floor_name": "decode", "met": False},
+        {"bench": "interop", "figure": "z", "measured": 45000, "unit": "spans/CPU-s",
+         "aim": "≥ anchor", "floor": None, "floor_name": "", "met": False},
+        {"bench": "interop", "figure": "tail", "measured": 150000, "unit": "spans/CPU-s",
+         "aim": "the anchor", "floor": None, "floor_name": "", "met": None, "anchor": True},
     ]  # fmt: skip
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = subprocess.run(
@@ -125,5 +135,11 @@ def test_the_summary_prints_every_figure(tmp_path: Path) -> None:
         env={**os.environ, "COLUMNS": "200"},
     ).stdout
     assert "5×" in out  # 12.5 / 2.5
-    assert "0.25×" in out  # 30,000 / 120,000
+    assert "0.25×" in out  # 30,000 / 120,000, its own floor and the decode floor
     assert "not met" in out
+    assert "0.2×" in out  # 30,000 / the anchor's 150,000
+    assert "0.3×" in out  # 45,000 / 150,000
+    assert "0.375×" in out  # 45,000 / the decode floor's 120,000
+    assert "1.25×" in out  # the anchor / the decode floor
+    assert "150,000 spans per CPU-s" in out
+    assert "120,000 spans/s" in out
