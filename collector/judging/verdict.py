@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 __all__ = ["SEVERITY", "StageResult", "Status", "Verdict", "new_stage_result"]
 
 
@@ -160,7 +162,14 @@ class Verdict:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), separators=(",", ":"))
+        """`to_dict` as compact JSON, written by orjson (a tenth of `json.dumps`' time: the
+        collector stores every verdict as this); an attribute orjson refuses (an int past
+        64 bits) falls back to the standard library."""
+        document = self.to_dict()
+        try:
+            return orjson.dumps(document).decode()
+        except orjson.JSONEncodeError:
+            return json.dumps(document, separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:

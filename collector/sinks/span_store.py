@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ..core.decisions import Decisions, Retention
 from ..core.metrics import CollectorMetrics
 from ..spans import Span, SpanEvent, SpanKind
@@ -48,7 +50,8 @@ _FORMATS = (1, 2, 3)
 
 
 def encode_spans(spans: Sequence[Span]) -> bytes:
-    """One trace's spans as compressed JSON (a trace of 12 spans takes about 1 KB)."""
+    """One trace's spans as compressed JSON (a trace of 12 spans takes about 1 KB). JSON
+    has no NaN nor infinity: a double attribute that is one is stored as null."""
     rows = [
         [
             s.span_id,
@@ -66,8 +69,13 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
         ]
         for s in spans
     ]
+    document = [_FORMAT, spans[0].trace_id, rows]
+    try:  # orjson: a tenth of `json.dumps`' time, on the hot path
+        text = orjson.dumps(document)
+    except orjson.JSONEncodeError:  # an attribute past 64 bits
+        text = json.dumps(document).encode()
     # Level 1: about half the time of the default for 10% more bytes, on the hot path.
-    return zlib.compress(json.dumps([_FORMAT, spans[0].trace_id, rows]).encode(), 1)
+    return zlib.compress(text, 1)
 
 
 def decode_spans(body: bytes) -> list[Span]:
