@@ -7,15 +7,17 @@ The 12-span reference traces of bench/pipeline.py, as OTLP protobuf requests, re
 side in one run (each row the best of several passes over every request):
 
 - protobuf decode alone (upb): the floor of anything that lets protobuf parse;
-- decode + `spans_from_otlp`: today's intake, a `Span` per span;
+- decode + `spans_from_otlp`: the intake before the wire reader, a `Span` per span;
 - decode + upb read in place: the fields the evaluator needs read off the decoded message
   and dropped (no records, no `Span`): the most that reading upb's message in place buys;
 - pure-Python records: decode + `span_records.records_from_protobuf` (the fallback);
 - compiled wire reader → `SpanRecords`, the evaluator's attributes only, then every one.
 
-Then memory per span held, by tracemalloc, over `--memory-spans` spans: as `Span` objects,
-as records (evaluator's keys, every key), and as records with the request bytes they
-point into (what a span store, the journal or forwarding would keep anyway).
+Then memory per span held, by tracemalloc, over `--memory-spans` spans: as `Span` objects
+made by `spans_from_otlp` and made from the records (what the intake holds now: one string
+object for each distinct string of a request), as records (evaluator's keys, every key),
+and as records with the request bytes they point into (what a span store, the journal or
+forwarding would keep anyway).
 `--quick` (CI) reads a few hundred traces: it checks the bench runs, not its numbers.
 """
 
@@ -225,6 +227,7 @@ def main() -> None:
     as_spans = bytes_per_span(
         lambda: [spans_from_otlp(ExportTraceServiceRequest.FromString(b)) for b in held], n
     )
+    as_wire_spans = bytes_per_span(lambda: [every.read(b, "bench").to_spans() for b in held], n)
     as_records = bytes_per_span(lambda: [compiled.read(b, "bench") for b in held], n)
     as_every = bytes_per_span(lambda: [every.read(b, "bench") for b in held], n)
     memory = Table(title=f"Memory per span held, {n:,} spans (tracemalloc)")
@@ -232,7 +235,8 @@ def main() -> None:
     memory.add_column("bytes / span", justify="right")
     memory.add_column("÷ Span objects", justify="right")
     for name, size in (
-        ("Span objects (today, spans_from_otlp)", as_spans),
+        ("Span objects by spans_from_otlp (the intake before)", as_spans),
+        ("Span objects from the records (the intake now)", as_wire_spans),
         ("records, evaluator's keys", as_records),
         ("records, every key", as_every),
         ("records, evaluator's keys + the request bytes", as_records + data_per_span),

@@ -1367,7 +1367,8 @@ cdef inline bint _zeros(const uint8_t* p, Py_ssize_t n) noexcept nogil:
 def spans(records, Py_ssize_t max_span_bytes=-1):
     """`records`' spans, as `SpanRecords.span` makes each, and what each trace lost:
     with `max_span_bytes` of 0 or more, spans whose own encoding is longer are left out
-    and counted by trace id. Spans of one trace in a row share its id's string."""
+    and counted by trace id. The spans of one trace share its id's string, and a parent
+    id in the request is its span id's string."""
     cdef tuple strings = records.strings
     cdef tuple lists = records.lists
     cdef bytes trace_bytes = records.trace_ids
@@ -1397,13 +1398,27 @@ def spans(records, Py_ssize_t max_span_bytes=-1):
     cdef list events
     cdef str trace_id = None
     cdef const uint8_t* last_trace = NULL
+    cdef dict trace_strings = {}  # each trace id's string, once a request
+    cdef bytes key
+    # Each span id's string, which its children's parent ids share.
+    cdef dict span_strings = {}
+    cdef list span_texts = [None] * n
+    cdef uint64_t id_bits
+    cdef str text
+    for i in range(n):
+        memcpy(&id_bits, span_ids + 8 * i, 8)
+        text = span_texts[i] = _hex(span_ids + 8 * i, 8)
+        span_strings[id_bits] = text
     cdef object span, value
     cdef long long payload
     cdef double number
     for i in range(n):
         if trace_id is None or memcmp(last_trace, trace_ids + 16 * i, 16) != 0:
             last_trace = trace_ids + 16 * i
-            trace_id = _hex(last_trace, 16)
+            key = PyBytes_FromStringAndSize(<const char*>last_trace, 16)
+            trace_id = trace_strings.get(key)
+            if trace_id is None:
+                trace_id = trace_strings[key] = _hex(last_trace, 16)
         if max_span_bytes >= 0 and <Py_ssize_t>a_len.data.as_uints[i] > max_span_bytes:
             lost[trace_id] = lost.get(trace_id, 0) + 1
             continue
@@ -1432,15 +1447,18 @@ def spans(records, Py_ssize_t max_span_bytes=-1):
         scope = a_scopes.data.as_ints[batch]
         span = _new_span(_Span)
         PyObject_GenericSetAttr(span, "trace_id", trace_id)
-        PyObject_GenericSetAttr(span, "span_id", _hex(span_ids + 8 * i, 8))
+        PyObject_GenericSetAttr(span, "span_id", span_texts[i])
         PyObject_GenericSetAttr(span, "name", strings[a_names.data.as_uints[i]])
         PyObject_GenericSetAttr(span, "start_ns", a_start.data.as_ulonglongs[i])
         PyObject_GenericSetAttr(span, "end_ns", a_end.data.as_ulonglongs[i])
-        PyObject_GenericSetAttr(
-            span,
-            "parent_span_id",
-            None if _zeros(parent_ids + 8 * i, 8) else _hex(parent_ids + 8 * i, 8),
-        )
+        if _zeros(parent_ids + 8 * i, 8):
+            value = None
+        else:
+            memcpy(&id_bits, parent_ids + 8 * i, 8)
+            value = span_strings.get(id_bits)
+            if value is None:
+                value = _hex(parent_ids + 8 * i, 8)
+        PyObject_GenericSetAttr(span, "parent_span_id", value)
         PyObject_GenericSetAttr(span, "kind", _KINDS[a_kinds.data.as_uchars[i]])
         PyObject_GenericSetAttr(span, "service", strings[a_services.data.as_uints[batch]])
         PyObject_GenericSetAttr(span, "attributes", attributes)
