@@ -100,6 +100,8 @@ _EVENTS: tuple[tuple[Instrumentation, frozenset[str]], ...] = (
     ),
 )
 _OPENLIT_SDK = ("telemetry.sdk.name", "openlit")
+# The attribute names flat, each with its library: one dict look-up a name and a span.
+_ATTRIBUTE_KEYS = tuple((key, library) for library, keys in _ATTRIBUTES for key in keys)
 
 LIBRARIES = tuple(
     library
@@ -114,16 +116,18 @@ def recognize(spans: Sequence[Span]) -> Instrumentation | None:
     found: set[Instrumentation] = set()
     vllm_alone = True
     requests = prefill = False
+    scopes: dict[str, Instrumentation | None] = {}  # a trace's spans share a few scopes
     for span in spans:
         scope = span.scope
         if scope:
-            for library, prefixes in _SCOPES:
-                if scope.startswith(prefixes):
-                    found.add(library)
-                    break
+            if scope not in scopes:
+                scopes[scope] = _library_of_scope(scope)
+            library = scopes[scope]
+            if library is not None:
+                found.add(library)
         attributes = span.attributes
-        for library, keys in _ATTRIBUTES:
-            if any(key in attributes for key in keys):
+        for key, library in _ATTRIBUTE_KEYS:
+            if key in attributes:
                 found.add(library)
         if attributes.get(_OPENLIT_SDK[0]) == _OPENLIT_SDK[1]:
             found.add(Instrumentation.OPENLIT)
@@ -142,4 +146,11 @@ def recognize(spans: Sequence[Span]) -> Instrumentation | None:
             return library
     if vllm_alone and requests:
         return Instrumentation.VLLM if prefill else Instrumentation.VLLM_V0
+    return None
+
+
+def _library_of_scope(scope: str) -> Instrumentation | None:
+    for library, prefixes in _SCOPES:
+        if scope.startswith(prefixes):
+            return library
     return None
