@@ -60,12 +60,15 @@ def test_the_retriever_is_the_retrieval_stage(zoo: Callable[[str], ZooRun], vari
     assert len(timed) >= 5
     for verdict in timed:
         retrieval = verdict.stage("retrieval")
-        if _branch_finished_last(run.trace(verdict.trace_id), RETRIEVERS[variant]):
+        spans = run.trace(verdict.trace_id)
+        # On failure, the spans as they came: which branch ended last, and when.
+        shown = [(s.name, s.span_id, s.parent_span_id, s.start_ns, s.end_ns) for s in spans]
+        if _branch_finished_last(spans, RETRIEVERS[variant]):
             assert retrieval.ms is not None
-            assert retrieval.ms > 0, verdict.to_dict()
-            assert RETRIEVERS[variant] in retrieval.breakdown, retrieval.breakdown
+            assert retrieval.ms > 0, (verdict.to_dict(), shown)
+            assert RETRIEVERS[variant] in retrieval.breakdown, (retrieval.breakdown, shown)
         else:
-            assert not retrieval.ms, verdict.to_dict()
+            assert not retrieval.ms, (verdict.to_dict(), shown)
 
 
 def test_a_chain_without_a_mark_is_incomplete_and_check_says_why(
