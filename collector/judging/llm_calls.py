@@ -121,14 +121,19 @@ def read_request(
     `first_token_span`, if any) came from. A span that carries the attribute or the event
     of one of the budget's `marks` counts as a call too, whatever its names (an app's own
     instrumentation, which the budget was written for)."""
-    by_id = {span.span_id: span for span in spans}
-    children: dict[str, list[Span]] = {}
-    for span in spans:
-        if span.parent_span_id is not None:
-            children.setdefault(span.parent_span_id, []).append(span)
     keys = frozenset(mark.attribute for mark in marks if mark.attribute is not None)
     events = frozenset(name for mark in marks for name in mark.events)
-    calls = [span for span in spans if is_llm_call(span) or _marked(span, keys, events)]
+    by_id: dict[str, Span] = {}
+    children: dict[str, list[Span]] = {}
+    calls: list[Span] = []
+    sends = False  # whether a server's spans show what it sent
+    for span in spans:  # one pass: this runs on every trace the collector judges
+        by_id[span.span_id] = span
+        if span.parent_span_id is not None:
+            children.setdefault(span.parent_span_id, []).append(span)
+        if is_llm_call(span) or _marked(span, keys, events):
+            calls.append(span)
+        sends = sends or _ASGI_EVENT in span.attributes
     if not calls:
         return LlmRequest(0, None, None, {})
     call_ids = {call.span_id for call in calls}
@@ -137,9 +142,7 @@ def read_request(
     # first call below it that says. Where no call says and no server shows its sends
     # (the reference path), none can: the walks are left out.
     outermost = [c for c in calls if not _has_ancestor_in(c, call_ids, by_id)] or calls
-    if any(streamed(call) is not None for call in calls) or any(
-        _ASGI_EVENT in span.attributes for span in spans
-    ):
+    if sends or any(streamed(call) is not None for call in calls):
         flags = [_streaming_of(call, call_ids, children) for call in outermost]
     else:
         flags = [None] * len(outermost)
