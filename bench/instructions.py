@@ -127,7 +127,7 @@ def main() -> None:
             "–" if floor is None else f"{judged / floor:.1f}×",
             f"{judged / first:.3f}",
         )
-    Console().print(table)
+    Console(width=140).print(table)
     for label, judged, _ in rows[1:]:
         print(f"{rows[0][0]} ÷ {label}: {first / judged:.3f}")
     record(

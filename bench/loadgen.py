@@ -129,7 +129,7 @@ def main() -> None:
                     f"{r['p99']:.2f}",
                     f"{r['max']:.2f}",
                 )
-        Console().print(table)
+        Console(width=140).print(table)
         low = next(r for a, rate, r in results if a is Arrival.POISSON and rate == 50.0)
         high = next(r for a, rate, r in results if a is Arrival.POISSON and rate == 200.0)
         floor = sleep_floor(max(1.0, args.seconds / 2))

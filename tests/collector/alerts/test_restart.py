@@ -70,6 +70,7 @@ def page_notifications(receiver: WebhookReceiver) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.timing  # the burn must outlast the restart: windows of seconds, scaled
 @pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
 def test_a_firing_page_stays_one_page_across_a_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: str
