@@ -15,7 +15,6 @@ it, recognised or not.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime
 
 from ..budget.loader import load_preset
@@ -76,11 +75,9 @@ class Judges:
         """`Evaluator.judge` by the evaluator these spans call for; the verdict names the
         instrumentation that chose it."""
         evaluator, instrumentation = self.evaluator_for(spans)
-        judged = evaluator.judge(spans, evaluated_at=evaluated_at, keep_tree=keep_tree)
-        if judged is None or instrumentation is None:
-            return judged
-        verdict = replace(judged.verdict, instrumentation=instrumentation)
-        return replace(judged, verdict=verdict)
+        return evaluator.judge(
+            spans, evaluated_at=evaluated_at, keep_tree=keep_tree, instrumentation=instrumentation
+        )
 
     def evaluate(self, spans: Sequence[Span], *, evaluated_at: datetime) -> Verdict | None:
         judged = self.judge(spans, evaluated_at=evaluated_at)

@@ -132,9 +132,16 @@ class Evaluator:
         return None if judged is None else judged.verdict
 
     def judge(
-        self, spans: Sequence[Span], *, evaluated_at: datetime, keep_tree: bool = False
+        self,
+        spans: Sequence[Span],
+        *,
+        evaluated_at: datetime,
+        keep_tree: bool = False,
+        instrumentation: str | None = None,
     ) -> Judged | None:
         """The verdict with each span's stage (to annotate the spans), or None: not judged.
+        `instrumentation` names the library whose preset this evaluator's budget is, when
+        recognition chose it (the verdict says so).
 
         With `keep_tree`, `Judged.tree` is the attributed tree the verdict came from: its
         nodes clipped to the TTFT window, with `self_ns` and `on_path` set; call
@@ -171,6 +178,7 @@ class Evaluator:
             spans,
             first_token=self._source(judged, spans),
             window_start_ns=_start_of(judged.root_span_id, spans),
+            instrumentation=instrumentation,
         )
         return replace(judged, verdict=verdict)
 

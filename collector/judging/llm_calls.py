@@ -174,19 +174,27 @@ def settle(
     *,
     first_token: Mapping[str, str | bool] | None,
     window_start_ns: int,
+    instrumentation: str | None = None,
 ) -> Verdict:
     """The verdict as the request makes it: `not_applicable` without an LLM call and a
     first token other than a server's first body send, `not_streamed` when no call
     streamed (unless the budget judges those), `incomplete` blaming nothing; the LLM
     call's model and tokens in its attributes; the spans whose parent is not in the trace,
     besides its root, as `damaged` (`missing_parent`, DESIGN §5 rule 1: judged all the
-    same)."""
+    same); `instrumentation`, the library whose preset judged it (None: the budget's
+    own)."""
     attributes = {**verdict.attributes, **request.attributes}
     damaged = verdict.damaged
     missing = _missing_parents(spans)
     if missing:
         damaged = {**(damaged or {}), "missing_parent": missing}
-    settled = replace(verdict, attributes=attributes, damaged=damaged, first_token=first_token)
+    settled = replace(
+        verdict,
+        attributes=attributes,
+        damaged=damaged,
+        first_token=first_token,
+        instrumentation=instrumentation,
+    )
     # No LLM call, and no first token but a server's first body send (the server's own
     # trace, where the app passed no context on: the app's trace holds the call).
     served = first_token is not None and first_token.get("source") == "first child"
