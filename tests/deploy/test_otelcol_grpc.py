@@ -18,6 +18,7 @@ import httpx
 from spanbudget.app.processes import Supervisor
 
 from tests.support.servers import free_port, wait_until
+from tests.support.traces import TraceBuilder
 
 from .processes import Otelcol, all_verdicts, budget_collector, metric_total
 from .traffic import SPANS_PER_TRACE, send, send_spans, split_requests, traffic
@@ -159,22 +160,38 @@ def test_a_burst_over_a_small_queue_backs_the_exporter_off_and_loses_nothing(
     """600 traces at once in messages of 660 spans (decoded off the event loop, several at
     a time), ten in flight, into an intake queue of 700 spans: the budget collector
     refuses what does not fit with UNAVAILABLE and RetryInfo (1 s), the exporter waits
-    that long and sends again, and every trace is judged once, whole."""
-    sent = traffic(600, seed=41)
+    that long and sends again, and every trace is judged once, whole. Whether two
+    messages meet in the queue depends on how fast each is decoded: bursts are sent
+    (each of new traces) until one did not fit, at most ten."""
+    sent: list[TraceBuilder] = []
+    batches: list[list[TraceBuilder]] = []
+    refused = 0.0
     with (
         exporting(tmp_path, SPANBUDGET_COLLECTOR_INTAKE_QUEUE_SPANS="700") as stack,
         httpx.Client(timeout=10) as client,
         ThreadPoolExecutor(8) as pool,
     ):
-        batches = [sent[i : i + 60] for i in range(0, len(sent), 60)]
-        list(pool.map(lambda batch: send(client, stack.otelcol.otlp_http, batch), batches))
-        wait_until(lambda: len(all_verdicts(stack.url)) == len(sent), "every verdict", 120, 1)
+        for burst in range(10):
+            traces = traffic(600, seed=41 + burst)
+            sent += traces
+            burst_batches = [traces[i : i + 60] for i in range(0, len(traces), 60)]
+            batches += burst_batches
+            list(pool.map(lambda b: send(client, stack.otelcol.otlp_http, b), burst_batches))
+            expected = len(sent)
+            wait_until(
+                lambda n=expected: len(all_verdicts(stack.url)) == n, "every verdict", 120, 1
+            )
+            refused = metric_total(
+                stack.metrics(),
+                "spanbudget_intake_requests",
+                transport="grpc",
+                outcome="queue_full",
+            )
+            if refused:
+                break
         verdicts = all_verdicts(stack.url)
         metrics = stack.metrics()
         exporter = stack.otelcol.metrics()
-    refused = metric_total(
-        metrics, "spanbudget_intake_requests", transport="grpc", outcome="queue_full"
-    )
     accepted = metric_total(
         metrics, "spanbudget_intake_requests", transport="grpc", outcome="accepted"
     )
