@@ -2,15 +2,18 @@
 
 What every OpenTelemetry Collector's `otlp` and `load_balancing` exporters and many SDKs
 speak by default (port 4317). Built on grpcio's asyncio server and the service name the
-generated stubs of opentelemetry-proto define; the handler takes the request's bytes
-undecoded, so that the checks run in the order of their costs, as on OTLP/HTTP
-(`http.py`): the receiver token (`authorization: Bearer` metadata), the deadline,
-admission from the message's size, then the decode (`receiver.Intake.receive`, on the
-intake's decoder threads for large messages). grpcio itself enforces the largest message
-(`RESOURCE_EXHAUSTED`) and undoes `grpc-encoding: gzip`.
+generated stubs of opentelemetry-proto define; the handler runs when a call's headers are
+in, before its message, and takes the message's bytes undecoded, so that the checks run
+in the order of their costs, as on OTLP/HTTP (`http.py`): the receiver token
+(`authorization: Bearer` metadata), the deadline, admission before the message is read
+(room for a message of the size the calls here have had: a refusal costs neither its
+bytes nor a parse), admission from the message's own size, then the decode
+(`receiver.Intake.receive`, on the intake's decoder threads for large messages). grpcio
+itself enforces the largest message (`RESOURCE_EXHAUSTED`) and undoes `grpc-encoding: gzip`.
 
 Refusals follow the OTLP specification: a full queue is `UNAVAILABLE` with `RetryInfo`
-(the exporters back off that long); a message of more spans than the queue could ever
+(the exporters back off that long; a caller back sooner is held until then, or until its
+message fits: `admission.Throttle`); a message of more spans than the queue could ever
 hold `RESOURCE_EXHAUSTED` without it (never retried); a malformed one `INVALID_ARGUMENT`;
 spans refused out of an accepted message are the answer's `partial_success`.
 """
@@ -21,6 +24,7 @@ import asyncio
 import functools
 import hmac
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -51,6 +55,7 @@ _CODES = {
 }
 # Messages up to this size decode in well under a millisecond on the event loop.
 _INLINE_BYTES = 64 * 1024
+_WEIGHT = 0.1  # of each new message in the moving average of their sizes
 
 
 class GrpcTls:
@@ -77,6 +82,7 @@ class GrpcIntake:
         self.required = required  # False: a port taken is a warning, not a failed start
         self.port: int | None = None  # bound, once started (a port 0 given is chosen then)
         self._server: grpc.aio.Server | None = None
+        self._message_bytes = 0.0  # the size of the messages here (a moving average)
 
     @property
     def address(self) -> str:
@@ -93,10 +99,12 @@ class GrpcIntake:
                 ("grpc.so_reuseport", 0),  # a second collector on the port fails, not shares
             ],
         )
-        handler = grpc.unary_unary_rpc_method_handler(
-            self._export,
-            request_deserializer=None,  # the bytes as they came: admission before decoding
-            response_serializer=None,
+        # A streaming handler, on the wire the same as a unary one (a unary client's call is
+        # a stream of one message): it runs when the call's headers are in, before its
+        # message, so that admission can refuse it unread. No deserializer: the message's
+        # bytes as they came, decoded only once admitted.
+        handler = grpc.stream_unary_rpc_method_handler(
+            self._export, request_deserializer=None, response_serializer=None
         )
         server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
@@ -125,7 +133,9 @@ class GrpcIntake:
     def serving(self) -> bool:
         return self._server is not None
 
-    async def _export(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    async def _export(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> bytes:
         intake = self.intake
         settings = intake.settings
         token = settings.receiver_token
@@ -136,6 +146,25 @@ class GrpcIntake:
         if remaining is not None and remaining <= 0:
             await self._refuse(context, IntakeError(504, "deadline", "the deadline had passed"))
         admission = intake.admission
+        # Before the message is read, room for one of the size messages here have had: a
+        # refusal now costs neither the message's bytes nor a parse. A sender back before
+        # its RetryInfo is over waits for room until it is (`Throttle`).
+        held = await intake.throttle.admit(
+            _sender(context),
+            functools.partial(admission.admit, round(self._message_bytes), compressed=False),
+            None if remaining is None else remaining / 2,
+        )
+        if held is None:
+            await self._refuse(context, IntakeError(503, "queue_full", QUEUE_FULL))
+        try:
+            request = await context.read()
+        finally:
+            admission.settle(held)
+        if not isinstance(request, bytes) or await context.read() is not grpc.aio.EOF:
+            error = IntakeError(400, "malformed", "send one ExportTraceServiceRequest a call")
+            await self._refuse(context, error)
+        seen = self._message_bytes
+        self._message_bytes = seen + _WEIGHT * (len(request) - seen) if seen else len(request)
         reserved = admission.admit(len(request), compressed=False)
         if reserved is None:
             await self._refuse(context, IntakeError(503, "queue_full", QUEUE_FULL))
@@ -174,12 +203,18 @@ class GrpcIntake:
         code = _CODES.get(error.status, code_pb2.DEADLINE_EXCEEDED)
         status = status_pb2.Status(code=code, message=error.message)
         if error.status == 503:  # throttled: when to try again, as the exporters read it
+            self.intake.throttle.told(_sender(context))
             delay = duration_pb2.Duration(seconds=self.intake.settings.retry_after_seconds)
             detail = any_pb2.Any()
             detail.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
             status.details.append(detail)
         await context.abort_with_status(rpc_status.to_status(status))
         raise AssertionError("abort_with_status returned")  # it raises, ending the call
+
+
+def _sender(context: grpc.aio.ServicerContext) -> str:
+    """The caller's address without its port (`ipv4:10.0.0.7`), as the throttle knows it."""
+    return str(context.peer()).rpartition(":")[0]
 
 
 def _authorized(context: grpc.aio.ServicerContext, token: str) -> bool:

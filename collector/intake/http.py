@@ -1,7 +1,9 @@
 """OTLP/HTTP: `POST /v1/traces` (DESIGN §7), protobuf or JSON, gzip, answered in kind.
 
 The order of the checks is the order of their costs: the receiver token, then admission
-from the declared length (a refusal reads no body and parses nothing), then the body read
+from the declared length (a refusal reads no body and parses nothing, and closes the
+connection rather than read the body to keep it; a sender back before its Retry-After is
+over is held until then, or until its body fits: `admission.Throttle`), then the body read
 within its size and time limits, then the decode (`receiver.Intake.receive`), on the event
 loop for small plain bodies and on the intake's decoder threads for the rest.
 """
@@ -39,6 +41,10 @@ _RPC_CODES = {400: 3, 401: 16, 408: 4, 413: 3, 415: 3, 503: 14}
 # Plain bodies up to this size decode in well under a millisecond: on the event loop, as
 # handing them to a decoder thread would cost more. Larger or compressed ones go there.
 _INLINE_BYTES = 64 * 1024
+# On an answer given before the body was read: the server closes the connection once the
+# answer is out, instead of reading the rest of the body to keep the connection (for a
+# refused 1 MB body, reading it was most of what the refusal cost).
+_CLOSE = {"Connection": "close"}
 
 
 def otlp_router(intake: Intake) -> APIRouter:
@@ -47,8 +53,10 @@ def otlp_router(intake: Intake) -> APIRouter:
     metrics = intake.metrics
     token = settings.receiver_token
     admission = intake.admission
+    throttle = intake.throttle
     busy = IntakeError(503, "queue_full", QUEUE_FULL)
     retry_after = {"Retry-After": str(settings.retry_after_seconds)}
+    refused_unread = {**retry_after, **_CLOSE}
     router = APIRouter()
 
     def refuse(
@@ -71,21 +79,33 @@ def otlp_router(intake: Intake) -> APIRouter:
             return refuse(
                 IntakeError(401, "unauthorized", "missing or wrong bearer token"),
                 as_json,
-                {"WWW-Authenticate": "Bearer"},
+                {"WWW-Authenticate": "Bearer", **_CLOSE},
             )
         encoding = request.headers.get("content-encoding")
         declared = request.headers.get("content-length", "")
-        # Admission first: a refusal costs neither reading nor decoding the body.
-        reserved = admission.admit(
-            int(declared) if declared.isdigit() else None,
-            compressed=encoding not in (None, "identity"),
+        sender = request.client.host if request.client else None
+        # Admission first: a refusal costs neither reading nor decoding the body. A sender
+        # back before its Retry-After is over waits for room until it is (`Throttle`).
+        reserved = await throttle.admit(
+            sender,
+            functools.partial(
+                admission.admit,
+                int(declared) if declared.isdigit() else None,
+                compressed=encoding not in (None, "identity"),
+            ),
         )
         if reserved is None:
-            return refuse(busy, as_json, retry_after)
+            throttle.told(sender)
+            return refuse(busy, as_json, refused_unread)
         body = b""
         batch = None
         try:
-            body = await _read_body(request, settings.max_body_bytes, settings.body_timeout_seconds)
+            try:
+                body = await _read_body(
+                    request, settings.max_body_bytes, settings.body_timeout_seconds
+                )
+            except IntakeError as exc:  # 413 or 408: the rest of the body is not read either
+                return refuse(exc, as_json, _CLOSE)
             receive = functools.partial(
                 intake.receive, body, content_type=content_type, content_encoding=encoding
             )
@@ -94,7 +114,10 @@ def otlp_router(intake: Intake) -> APIRouter:
             else:  # off the event loop: /healthz, the API and other uploads go on meanwhile
                 batch = await asyncio.get_running_loop().run_in_executor(intake.decoders, receive)
         except IntakeError as exc:
-            return refuse(exc, as_json, retry_after if exc.status == 503 else None)
+            if exc.status != 503:
+                return refuse(exc, as_json)
+            throttle.told(sender)
+            return refuse(exc, as_json, retry_after)
         finally:
             plain = encoding in (None, "identity")
             spans = len(batch.spans) + batch.rejected if batch is not None and plain else 0

@@ -20,7 +20,7 @@ from ..core.held import HeldSpan
 from ..core.judging_core import JudgingCore
 from ..core.metrics import CollectorMetrics
 from ..readers.span_records import AttributeKeys, SpanReader
-from .admission import Admission
+from .admission import Admission, Throttle
 from .journal import Journal
 from .otlp import QUEUE_FULL, Batch, IntakeError, decode_export
 from .settings import IntakeSettings
@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 
 
 class Intake:
-    """The collector's intake: its limits, the admission estimate, the journal, and the
-    decoder threads the transports hand large or compressed bodies to.
+    """The collector's intake: its limits, the admission estimate, the senders told to
+    wait, the journal, and the decoder threads the transports hand large or compressed
+    bodies to.
 
     `known` answers which of some trace ids are judged already (the verdict store), for
     the journal's replay. `originals`: keep each span's OTLP original, which forwarding
@@ -62,6 +63,7 @@ class Intake:
         self._known = known
         self._originals = originals
         self.admission = Admission(core.queued, settings.queue_spans)
+        self.throttle = Throttle(settings.retry_after_seconds)
         self.reader = reader or SpanReader(AttributeKeys(every=True))
         # Threads that decode large or compressed bodies off the HTTP server's event loop: a
         # few fixed ones, as every thread that allocates grows the process's malloc arenas.

@@ -46,7 +46,11 @@ class GateSink:
 def test_flood_beyond_the_queue_gets_503_and_reconciles_exactly(tmp_path: Path) -> None:
     gate = GateSink()
     span_count = len(rag_trace().spans)
-    with running_collector(tmp_path, sinks=[gate], intake_queue_spans=10 * span_count) as c:
+    # Retry-After: 0, as the senders do not wait: a sender back sooner than told is held
+    # until its wait is over (tests/collector/intake/test_refusals.py), here never.
+    with running_collector(
+        tmp_path, sinks=[gate], intake_queue_spans=10 * span_count, retry_after_seconds=0
+    ) as c:
         assert (
             c.post(
                 to_request(rag_trace(trace_id="0" * 31 + "1").spans).SerializeToString(), PROTOBUF
@@ -74,7 +78,7 @@ def test_flood_beyond_the_queue_gets_503_and_reconciles_exactly(tmp_path: Path) 
         rejected = [(t, retry) for t, code, retry in results if code == 503]
         assert len(accepted) + len(rejected) == len(results) == SENDERS * REQUESTS_EACH
         assert len(accepted) == 10  # exactly the queue bound, while the worker is stalled
-        assert all(retry == "1" for _, retry in rejected)
+        assert all(retry == "0" for _, retry in rejected)
         # A request is refused before its body is decoded (admission first), so the
         # refusals reconcile by request; the spans received, exactly.
         refused = c.metric("spanbudget_requests_rejected_total", reason="queue_full")
