@@ -136,7 +136,7 @@ class JudgingCore:
         if n == 0:  # nothing to judge or forward; queued, such offers would escape the bound
             return True
         with self._lock:
-            if self._closing or self._queued_spans + n > self.max_queue_spans:
+            if self._closing or self._taken() + n > self.max_queue_spans:
                 return False
             self._queue.append((spans, local_roots, lost))
             self._queued_spans += n
@@ -145,9 +145,18 @@ class JudgingCore:
         return True
 
     def queued(self) -> int:
-        """Spans queued now (the whole bound while closing: nothing more is taken)."""
+        """Spans queued now, counting as queued the room the assembly buffer lacks (the
+        whole bound while closing: nothing more is taken)."""
         with self._lock:
-            return self.max_queue_spans if self._closing else self._queued_spans
+            return self.max_queue_spans if self._closing else self._taken()
+
+    def _taken(self) -> int:
+        """The queue's spans, or more where the assembly buffer has less room left than
+        the queue: what it cannot hold, taken, would evict traces before their decision,
+        dropped unjudged (a sender faster than judging is refused instead, and retries).
+        The worker owns the assembly; its span count read here is a moment's."""
+        buffer_room = self._assembly.max_spans - self._assembly.span_count - self._queued_spans
+        return max(self._queued_spans, self.max_queue_spans - buffer_room)
 
     def set_budget(self, budget: Budget) -> None:
         """Judge against `budget` from the next step on (traces already judged stay so)."""

@@ -283,3 +283,36 @@ def test_budget_span_processor_flushes_on_its_own_thread_within_its_timeout(
     assert processor.force_flush(timeout_millis=10_000)
     provider.shutdown()
     assert seen == [(trace_id, "budget-processor")]
+
+
+def test_spans_the_assembly_has_no_room_for_are_refused_not_evicting_traces(
+    budget: Budget,
+) -> None:
+    """A sender faster than judging: once the assembly buffer is full, more spans are
+    refused (the intake answers 503 and the sender retries) instead of pushing traces out
+    before their decision, dropped unjudged. The room counts as queued for admission."""
+    sink = Recorder()
+    assembly = Assembly(
+        decision_wait=60.0, max_age=600.0, max_traces=100, max_spans_per_trace=100,
+        decided_memory=1000, max_spans=100,
+    )  # fmt: skip
+    metrics = CollectorMetrics(CollectorRegistry())
+    core = JudgingCore(budget, [sink], assembly=assembly, metrics=metrics, max_queue_spans=50)
+    core.start()
+    first = [rag_trace(trace_id=f"{i + 1:032x}").spans for i in range(9)]
+    held = 0  # 9 traces of 11 spans: 99 of the buffer's 100
+    for spans in first:
+        assert core.offer(_held(spans))
+        held += len(spans)
+        deadline = time.monotonic() + 10
+        while assembly.span_count < held and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert core.queued() == 50 - (100 - held)  # the queue's bound less the buffer's room
+    late = rag_trace(trace_id="9" * 32).spans
+    assert not core.offer(_held(late))  # no room: refused, nothing evicted
+    assert core.flush(10)
+    assert sorted(sink.traces()) == sorted(spans[0].trace_id for spans in first)
+    assert all(dropped is None for _, dropped, _ in sink.traces().values())
+    assert core.queued() == 0
+    assert core.offer(_held(late))  # room again once they were decided
+    core.close()
