@@ -37,7 +37,7 @@ from spanbudget.collector.live.settings import CollectorSettings
 from tests.deploy.processes import spanbudget_command, start_process, stop_process
 from tests.support.collector import BUDGET, running_collector
 from tests.support.otlp import to_request
-from tests.support.servers import ServerThread, free_port
+from tests.support.servers import ServerThread, free_port, wait_until
 from tests.support.traces import rag_trace
 
 FREE = "127.0.0.1:0"
@@ -174,7 +174,11 @@ def test_refusals_follow_the_otlp_specification(tmp_path: Path) -> None:
         answer = ExportTraceServiceResponse.FromString(export(address, oversized))
         assert answer.partial_success.rejected_spans == 1
         assert "over 2048 bytes" in answer.partial_success.error_message
-        # More spans than the queue could ever hold: RESOURCE_EXHAUSTED without RetryInfo.
+        # More spans than the queue could ever hold: RESOURCE_EXHAUSTED without RetryInfo
+        # (asked once the worker took the message before: with spans queued, a message that
+        # does not fit is "queue full", UNAVAILABLE, as it should be).
+        core = collector.pipeline.core
+        wait_until(lambda: core.queued() == 0, "the queue taken", 10)
         many = [s for i in range(5) for s in rag_trace(trace_id=f"{0xC4 << 120 | i:032x}").spans]
         with pytest.raises(grpc.RpcError) as never:
             export(address, to_request(many))
