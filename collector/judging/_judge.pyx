@@ -938,18 +938,22 @@ cdef class _Trace:
         cdef int64_t start = 0
         for k in range(parent.kid_count):
             kid = &self.nodes[self.kid_nodes[parent.kids_at + k]]
-            if kid.row < 0:
-                continue
-            span = self.spans[kid.row]
-            if (
-                child.matches_shape(span.name, span.kind, span.service, False)
-                and child.matches_attributes(span.attributes)
-            ):
+            if self.kid_matches(kid, child):
                 if matched == 0 or kid.start < start:
                     start = kid.start
                 matched += 1
         out[0] = start
         return matched > 1
+
+    cdef bint kid_matches(self, Node* kid, object selector) except -1:
+        """Whether a child node is a span (not a missing parent's stand-in) that
+        `selector` matches, as a child (never the root)."""
+        if kid.row < 0:
+            return False
+        span = self.spans[kid.row]
+        return selector.matches_shape(
+            span.name, span.kind, span.service, False
+        ) and selector.matches_attributes(span.attributes)
 
     cdef bint anchor_end(self, Py_ssize_t index, object anchor, int64_t* out) except -1:
         """The end of the latest-starting child span of `index` matching `anchor`."""
@@ -960,17 +964,8 @@ cdef class _Trace:
         cdef int64_t start = 0, end = 0
         for k in range(parent.kid_count):
             kid = &self.nodes[self.kid_nodes[parent.kids_at + k]]
-            if kid.row < 0:
-                continue
-            span = self.spans[kid.row]
-            if (
-                anchor.matches_shape(span.name, span.kind, span.service, False)
-                and anchor.matches_attributes(span.attributes)
-                and (
-                    not have
-                    or kid.start > start
-                    or (kid.start == start and kid.end > end)
-                )
+            if self.kid_matches(kid, anchor) and (
+                not have or kid.start > start or (kid.start == start and kid.end > end)
             ):
                 have = True
                 start, end = kid.start, kid.end

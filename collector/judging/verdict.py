@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-import orjson
+from .. import json_text
 
 __all__ = ["SEVERITY", "StageResult", "Status", "Verdict", "new_stage_result"]
 
@@ -162,14 +161,8 @@ class Verdict:
         }
 
     def to_json(self) -> str:
-        """`to_dict` as compact JSON, written by orjson (a tenth of `json.dumps`' time: the
-        collector stores every verdict as this); an attribute orjson refuses (an int past
-        64 bits) falls back to the standard library."""
-        document = self.to_dict()
-        try:
-            return orjson.dumps(document).decode()
-        except orjson.JSONEncodeError:
-            return json.dumps(document, separators=(",", ":"))
+        """`to_dict` as compact JSON (as the collector stores every verdict)."""
+        return json_text.dumps(self.to_dict()).decode()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:

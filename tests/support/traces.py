@@ -171,3 +171,19 @@ def rag_trace(
         attributes=vllm_attrs,
     )
     return b
+
+
+def openlit_stream_without_http_child() -> TraceBuilder:
+    """An app's streamed chat traced by OpenLIT with its HTTP instrumentors off: the chat
+    span's `gen_ai.server.time_to_first_token` (40 ms) and no child to anchor it, so the
+    first token counts from the span's start (5 ms into the root): an estimate, 45 ms."""
+    trace = TraceBuilder()
+    root = trace.add("handle question", 0, 200, service="app")
+    trace.add(
+        "chat m", 5, 190, parent=root, kind=SpanKind.CLIENT, service="app",
+        attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.request.stream": True,
+            "gen_ai.server.time_to_first_token": 0.04,
+        },
+    )  # fmt: skip
+    return trace

@@ -22,7 +22,7 @@ from spanbudget.collector.stats import percentile, wilson_interval
 from typer.testing import CliRunner
 
 from tests.support.otlp import to_otlp_json
-from tests.support.traces import TraceBuilder, rag_trace
+from tests.support.traces import TraceBuilder, openlit_stream_without_http_child, rag_trace
 
 REPO = Path(__file__).resolve().parents[3]
 BUDGET = str(REPO / "budget.yaml")
@@ -245,15 +245,7 @@ def test_skew_between_services_with_no_host_is_shown_with_its_remedy(
 
 def test_first_tokens_that_are_estimates_are_counted_in_the_summary(tmp_path: Path) -> None:
     # OpenLIT without its HTTP child: its value counts from the chat span's start.
-    trace = TraceBuilder()
-    root = trace.add("handle question", 0, 200, service="app")
-    trace.add(
-        "chat m", 5, 190, parent=root, kind=SpanKind.CLIENT, service="app",
-        attributes={
-            "gen_ai.operation.name": "chat", "gen_ai.request.stream": True,
-            "gen_ai.server.time_to_first_token": 0.04,
-        },
-    )  # fmt: skip
+    trace = openlit_stream_without_http_child()
     path = tmp_path / "openlit.json"
     path.write_text(to_otlp_json(trace.spans))
     shown = " ".join(runner.invoke(app, ["check", str(path)]).stdout.split())
@@ -268,15 +260,7 @@ def test_a_budget_that_judged_only_traces_with_no_llm_call_gets_no_section(
 ) -> None:
     # An OpenLIT app's stream, and its model list traced only by the HTTP instrumentation:
     # recognised as no library, judged by budget.yaml, not_applicable.
-    stream = TraceBuilder()
-    root = stream.add("handle question", 0, 200, service="app")
-    stream.add(
-        "chat m", 5, 190, parent=root, kind=SpanKind.CLIENT, service="app",
-        attributes={
-            "gen_ai.operation.name": "chat", "gen_ai.request.stream": True,
-            "gen_ai.server.time_to_first_token": 0.04,
-        },
-    )  # fmt: skip
+    stream = openlit_stream_without_http_child()
     models = TraceBuilder(trace_id="6" * 32)
     models.add("GET", 0, 3, kind=SpanKind.CLIENT, service="app")
     path = tmp_path / "traces.jsonl"

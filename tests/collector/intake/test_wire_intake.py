@@ -165,3 +165,21 @@ def test_the_collector_reads_its_bodies_with_the_wire_reader(tmp_path: Path) -> 
         assert all(h.proto is None for h in batch.spans)  # nothing forwards: no originals
     finally:
         pipeline.close()
+
+
+def test_the_spans_of_a_request_share_their_strings() -> None:
+    """What makes a span held from the records smaller than one from the protobuf
+    package's messages: one string object per distinct string of the request (a trace id,
+    a parent id and a span id of the same text, names, services, attribute keys)."""
+    spans = WIRE.read(reference_body(2), "test").to_spans()
+    span_ids = {id(s.span_id) for s in spans}
+    for trace_id in {s.trace_id for s in spans}:
+        ids = {id(s.trace_id) for s in spans if s.trace_id == trace_id}
+        assert len(ids) == 1, trace_id
+    children = [s for s in spans if s.parent_span_id is not None]
+    assert children
+    for child in children:
+        assert id(child.parent_span_id) in span_ids  # a span id's own string object
+    keys = [key for s in spans for key in s.attributes if key == "gen_ai.operation.name"]
+    assert len(keys) > 1
+    assert len({id(key) for key in keys}) == 1

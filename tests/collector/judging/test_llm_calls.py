@@ -19,7 +19,7 @@ from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.spans import Span, SpanKind
 
 from tests.support.layout import REPO
-from tests.support.traces import TraceBuilder, rag_trace
+from tests.support.traces import TraceBuilder, openlit_stream_without_http_child, rag_trace
 
 NOW = datetime(2026, 12, 7, tzinfo=UTC)
 OPENLLMETRY = load_preset("openllmetry").budget
@@ -282,15 +282,7 @@ def test_a_server_beside_a_silent_call_that_answered_whole_says_not_streamed() -
 
 
 def test_openlits_value_without_its_http_child_is_an_estimate() -> None:
-    trace = TraceBuilder()
-    root = trace.add("handle question", 0, 200, service="app")
-    trace.add(
-        "chat m", 5, 190, parent=root, kind=SpanKind.CLIENT, service="app",
-        attributes={
-            "gen_ai.operation.name": "chat", "gen_ai.request.stream": True,
-            "gen_ai.server.time_to_first_token": 0.04,
-        },
-    )  # fmt: skip
+    trace = openlit_stream_without_http_child()
     verdict = judged(OPENLIT, trace.spans)
     assert verdict.ttft_ms == 45.0
     assert verdict.first_token is not None
