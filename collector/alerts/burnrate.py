@@ -157,9 +157,6 @@ class BurnWindows:
         lengths = sorted({w for rule in rules for w in (rule.long_s, rule.short_s)})
         self._windows = {w: RollingCounts(w, self.stages) for w in lengths}
 
-    def add(self, now: float, verdict: Verdict) -> None:
-        self.add_over(now, over_limit(verdict))
-
     def add_over(self, now: float, over: Iterable[str]) -> None:
         """One judged trace at `now` that went over the limits of `over` (stages, `total`)."""
         over = tuple(over)

@@ -307,16 +307,19 @@ class AlertEngine:
                 self._seen[verdict.trace_id] = None
                 if len(self._seen) > _SEEN_TRACES:
                     self._seen.popitem(last=False)
-                self._windows.add(now, verdict)
-                self._remember(now, verdict)
+                over = over_limit(verdict)
+                self._windows.add_over(now, over)
+                self._remember(now, verdict, over)
         self.evaluate()
 
-    def _remember(self, now: float, verdict: Verdict) -> None:
+    def _remember(self, now: float, verdict: Verdict, over: set[str]) -> None:
+        """Keep the verdict's measured times and, for what went `over` its limit, its trace
+        id: the evidence an alert shows."""
         values = [(s.name, s.ms) for s in verdict.stages] + [(TOTAL, verdict.ttft_ms)]
         for name, ms in values:
             if ms is not None:
                 self._evidence.values.setdefault(name, deque(maxlen=_RECENT_VALUES)).append(ms)
-        for name in over_limit(verdict):
+        for name in over:
             self._evidence.examples.setdefault(name, deque(maxlen=_EXAMPLES)).append(
                 (now, verdict.trace_id)
             )

@@ -23,8 +23,9 @@ in the trace: a streamed response is sent in many body messages, a whole one in 
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from spanbudget.common.semconv import (
@@ -295,10 +296,10 @@ def _servers_tell(
     return False if told and not any(told) else None
 
 
-def _below(span: Span, children: Mapping[str, list[Span]]) -> list[Span]:
+def _below(span: Span, children: Mapping[str, list[Span]]) -> Iterator[Span]:
     """The spans under `span`, depth first in their order, each once (a trace whose spans
-    name each other as parents is walked once round)."""
-    out: list[Span] = []
+    name each other as parents is walked once round); lazily, as its callers mostly stop
+    at the first that says what they look for."""
     seen = {span.span_id}
     pending = list(reversed(children.get(span.span_id, ())))
     while pending:
@@ -306,9 +307,8 @@ def _below(span: Span, children: Mapping[str, list[Span]]) -> list[Span]:
         if below.span_id in seen:
             continue
         seen.add(below.span_id)
-        out.append(below)
+        yield below
         pending.extend(reversed(children.get(below.span_id, ())))
-    return out
 
 
 def _has_ancestor_in(span: Span, ids: set[str], by_id: Mapping[str, Span]) -> bool:
@@ -363,9 +363,13 @@ def _attributes_of(
     """The model and token counts of `call`, or of the LLM calls below it (depth first)
     for what it does not name itself (a caller's span names the model, the engine's the
     tokens)."""
-    order = [call, *(span for span in _below(call, children) if span.span_id in ids)]
+    order = itertools.chain(
+        (call,), (span for span in _below(call, children) if span.span_id in ids)
+    )
     out: dict[str, str | int] = {}
     for span in order:
+        if len(out) == 3:  # the model and both counts: what is below cannot change them
+            break
         attributes = span.attributes
         if GEN_AI_REQUEST_MODEL not in out:
             model = _first_text(attributes, _MODEL)

@@ -1,7 +1,8 @@
 """The spans of judged traces, kept so that the web UI can draw a trace's waterfall.
 
 SQLite in WAL mode in a file of its own (the verdict store's writer never waits on it),
-one compressed row per trace, bounded three ways: by trace count, by stored bytes and by
+one compressed row per trace (LZ4: a fifth of zlib's time on the hot path, for a third
+more bytes; see `encode_spans`), bounded three ways: by trace count, by stored bytes and by
 age. The oldest traces go first. Only spans are kept: critical path and exclusive times
 are re-derived from them by the pure evaluator when a page asks.
 """
@@ -18,6 +19,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import lz4.block
 
 from .. import json_text
 from ..core.decisions import Decisions, Retention
@@ -46,11 +49,18 @@ CREATE INDEX IF NOT EXISTS trace_spans_time ON trace_spans (stored_at);
 # older rows are read without them.
 _FORMAT = 3
 _FORMATS = (1, 2, 3)
+# A body starting with this byte is LZ4 (a block with its size first); the rows written
+# before it are zlib streams, whose first byte is 0x78 at the window size we used.
+_LZ4 = b"L"
 
 
 def encode_spans(spans: Sequence[Span]) -> bytes:
-    """One trace's spans as compressed JSON (a trace of 12 spans takes about 1 KB). JSON
-    has no NaN nor infinity: a double attribute that is one is stored as null."""
+    """One trace's spans as compressed JSON (a trace of 11 spans: 2.2 KB of JSON, 0.9 KB
+    stored). JSON has no NaN nor infinity: a double attribute that is one is stored as null.
+
+    LZ4, not zlib: on that trace LZ4 compresses in 1.4 µs to 899 bytes, zlib's fastest
+    level in 8.0 µs to 672, zstd's level 1 in 4.8 µs to 646 (measured side by side here);
+    the span store's writes are the collector's hot path, its bytes a bounded file."""
     rows = [
         [
             s.span_id,
@@ -68,12 +78,14 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
         ]
         for s in spans
     ]
-    # Level 1: about half the time of the default for 10% more bytes, on the hot path.
-    return zlib.compress(json_text.dumps([_FORMAT, spans[0].trace_id, rows]), 1)
+    compressed: bytes = lz4.block.compress(json_text.dumps([_FORMAT, spans[0].trace_id, rows]))
+    return _LZ4 + compressed
 
 
 def decode_spans(body: bytes) -> list[Span]:
-    version, trace_id, rows = json.loads(zlib.decompress(body))
+    """The spans `encode_spans` stored, by this release or an earlier one (zlib)."""
+    text = lz4.block.decompress(body[1:]) if body[:1] == _LZ4 else zlib.decompress(body)
+    version, trace_id, rows = json.loads(text)
     if version not in _FORMATS:
         raise ValueError(f"unknown span body format {version!r}")
     return [

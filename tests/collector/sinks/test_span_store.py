@@ -3,7 +3,10 @@ and the store stays within its count, byte and age bounds, dropping the oldest f
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -41,6 +44,27 @@ def test_spans_round_trip_with_every_field(tmp_path: Path) -> None:
     assert again.get("0" * 32) is None
     assert again.count == 1
     assert again.stored_bytes == len(encode_spans(spans))
+
+
+def test_a_store_written_by_the_release_before_is_still_read(tmp_path: Path) -> None:
+    """Rows of the zlib format (3, the release before LZ4) come back as they went in, beside
+    new rows in the same file."""
+    old, new = _trace(1), _trace(2)
+    rows = [
+        [s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns, s.kind.value, s.service,
+         dict(s.attributes), s.error, s.host, [list(e) for e in s.events], s.scope]
+        for s in old
+    ]  # fmt: skip
+    body = zlib.compress(json.dumps([3, old[0].trace_id, rows]).encode(), 1)
+    assert decode_spans(body) == old
+    store = _store(tmp_path / "s.db")
+    store.write([new])
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        db.execute(
+            "INSERT INTO trace_spans (trace_id, stored_at, bytes, body) VALUES (?,?,?,?)",
+            (old[0].trace_id, time.time(), len(body), body),
+        )
+    assert (store.get(old[0].trace_id), store.get(new[0].trace_id)) == (old, new)
 
 
 def test_count_bound_drops_the_oldest(tmp_path: Path) -> None:

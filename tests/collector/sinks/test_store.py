@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+import sqlite3
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.sinks.store import VerdictStore
+from spanbudget.collector.sinks.store import PAGE_SIZE, VerdictStore
 from spanbudget.collector.stats import PERCENTILES, percentile
 
 from tests.support.collector import BUDGET, running_collector
@@ -110,6 +111,32 @@ def test_a_restart_keeps_verdicts_and_a_trace_is_stored_once(tmp_path: Path) -> 
     newest = reopened.query(limit=3)
     assert [v["trace_id"] for v in newest] == [v.trace_id for v in more[::-1][:3]]
     reopened.close()
+
+
+def test_a_new_store_has_16_kib_pages_and_a_store_of_4_kib_pages_keeps_its_own(
+    tmp_path: Path,
+) -> None:
+    """New files take the page size the collector's writes were measured fastest with; a
+    store made before (SQLite's default, 4 KiB) opens and keeps working as it is."""
+    new = _store(tmp_path / "new.db")
+    new.write([(v, 11) for v in _verdicts(3)])
+    new.close()
+    old_path = tmp_path / "old.db"
+    with sqlite3.connect(old_path) as old:
+        old.execute("PRAGMA page_size=4096")
+        old.execute("PRAGMA journal_mode=WAL")
+        old.execute("CREATE TABLE IF NOT EXISTS kept (x INTEGER)")
+    old_store = _store(old_path)
+    verdicts = _verdicts(3, seed=2)
+    assert len(old_store.write([(v, 11) for v in verdicts])) == 3
+    assert old_store.get(verdicts[0].trace_id) is not None
+    old_store.close()
+    sizes = {}
+    for path in (tmp_path / "new.db", old_path):
+        with sqlite3.connect(path) as db:
+            sizes[path.name] = db.execute("PRAGMA page_size").fetchone()[0]
+    assert sizes == {"new.db": PAGE_SIZE, "old.db": 4096}
+    assert PAGE_SIZE == 16384
 
 
 def test_retention_by_count_and_by_age(tmp_path: Path) -> None:
