@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 from spanbudget.collector.judging.verdict import Status
-from spanbudget.collector.spans import Span
+from spanbudget.collector.spans import Span, SpanKind
 
 from tests.collector.budget.presets.zoo import ZooRun
 
@@ -29,24 +29,46 @@ RETRIEVERS = {
 
 def _branch_finished_last(spans: list[Span], retriever: str) -> bool:
     """Whether the retriever's branch of the chain's RunnableParallel ended last of the
-    branches run side by side: only then is it on the critical path (DESIGN §5 rule 5,
-    Jaeger's walk back from the end takes the child that finished last)."""
+    branches run side by side, and the retriever last in its branch: only then is it on
+    the critical path (DESIGN §5 rule 5, Jaeger's walk back from the end takes the child
+    that finished last). Ends as the evaluator compares them: a CLIENT span's extended to
+    its SERVER child's (rule 3b), so that an embeddings server ending its span a fraction
+    of a millisecond after the retriever returned, while the chain's next step had
+    started, takes the retriever off the path (the step that started is then walked)."""
     by_id = {span.span_id: span for span in spans}
     branch = next(span for span in spans if span.name == retriever)
     while branch.parent_span_id in by_id:
         parent = by_id[branch.parent_span_id]
+        end = _attributed_end(branch, spans)
         siblings = [
             s
             for s in spans
             if s.parent_span_id == parent.span_id
             and s.span_id != branch.span_id
-            and s.start_ns < branch.end_ns
-            and branch.start_ns < s.end_ns
+            and s.start_ns < end
+            and branch.start_ns < _attributed_end(s, spans)
         ]
         if siblings:
-            return branch.end_ns >= max(s.end_ns for s in siblings)
+            return end >= max(_attributed_end(s, spans) for s in siblings)
         branch = parent
     return True
+
+
+def _attributed_end(span: Span, spans: list[Span]) -> int:
+    """A span's end as attribution takes it: a CLIENT span's extended to the end of a
+    SERVER child that started inside it (DESIGN §5 rule 3b)."""
+    if span.kind is not SpanKind.CLIENT:
+        return span.end_ns
+    return max(
+        [span.end_ns]
+        + [
+            s.end_ns
+            for s in spans
+            if s.parent_span_id == span.span_id
+            and s.kind is SpanKind.SERVER
+            and span.start_ns <= s.start_ns <= span.end_ns
+        ]
+    )
 
 
 @pytest.mark.parametrize("variant", sorted(RETRIEVERS))
