@@ -16,6 +16,7 @@ and Python's agree.
 
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.sequence cimport PySequence_Contains
 from cpython.object cimport (
     Py_EQ,
     Py_LT,
@@ -164,7 +165,9 @@ cdef inline object _get(object mapping, object key):
     if type(mapping) is dict:
         found = PyDict_GetItem(mapping, key)
         return None if found is NULL else <object>found
-    return mapping.get(key)
+    # Another mapping (the wire reader's compact `Attributes`): through its C slots, which
+    # `mapping.get`, a method looked up and called, would cost twice.
+    return mapping[key] if PySequence_Contains(mapping, key) else None
 
 
 cdef inline bint _seconds(object value, double* out) except -1:

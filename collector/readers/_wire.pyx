@@ -26,7 +26,7 @@ cimport cython
 from cpython.array cimport array, resize_smart
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from cpython.object cimport PyObject_GenericSetAttr
+from cpython.object cimport PyObject_GenericSetAttr, PyObject_Hash
 from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
@@ -1339,6 +1339,145 @@ cdef inline int _push_bytes(
 
 # The records' spans as `Span`s: `SpanRecords.to_spans` and `.spans_within`.
 
+# Above this many attributes a span's are a dict: `Attributes` looks a key up in turn.
+cdef Py_ssize_t _MAX_COMPACT = 12
+
+
+@cython.final
+@cython.no_gc
+cdef class _Shape:
+    """The keys of a span's attributes and their hashes, shared by the spans of a request
+    that have the same keys."""
+
+    cdef tuple keys
+    cdef Py_hash_t* hashes
+
+    def __cinit__(self, tuple keys):
+        self.keys = keys
+        self.hashes = <Py_hash_t*>PyMem_Malloc(max(1, len(keys)) * sizeof(Py_hash_t))
+        if self.hashes is NULL:
+            raise MemoryError()
+        cdef Py_ssize_t i
+        for i in range(len(keys)):
+            self.hashes[i] = PyObject_Hash(keys[i])
+
+    def __dealloc__(self):
+        PyMem_Free(self.hashes)
+
+
+# Not tracked by the garbage collector, as a dict of plain values is not: neither can be
+# in a reference cycle (they hold strings, numbers and the protobuf package's values).
+@cython.final
+@cython.no_gc
+cdef class Attributes:
+    """A span's attributes as the wire reader makes them: a read-only mapping, in the
+    order the span sent them, equal to the dict `spans_from_otlp` makes of the same span.
+
+    A dict of one to five keys takes 184 bytes; this, 32 and a tuple of the values, its
+    keys (and their hashes) being shared by the spans of a request that have the same
+    keys (memory per open span, issue 46). A lookup compares the key's hash with the few
+    keys' in turn, as a dict would its one slot; a span with more than `_MAX_COMPACT`
+    attributes gets a dict. `keys()` is a view as a dict's; `values()` and `items()` are
+    lists.
+    """
+
+    cdef _Shape _shape
+    cdef tuple _values
+
+    cdef inline Py_ssize_t _find(self, object key) except -2:
+        cdef Py_hash_t h = PyObject_Hash(key)
+        cdef Py_hash_t* hashes = self._shape.hashes
+        cdef tuple keys = self._shape.keys
+        cdef Py_ssize_t i
+        for i in range(len(keys)):
+            if hashes[i] == h and (keys[i] is key or keys[i] == key):
+                return i
+        return -1
+
+    def __len__(self):
+        return len(self._values)
+
+    def __iter__(self):
+        return iter(self._shape.keys)
+
+    def __contains__(self, key):
+        return self._find(key) >= 0
+
+    def __getitem__(self, key):
+        cdef Py_ssize_t i = self._find(key)
+        if i < 0:
+            raise KeyError(key)
+        return self._values[i]
+
+    def get(self, key, default=None):
+        cdef Py_ssize_t i = self._find(key)
+        return default if i < 0 else self._values[i]
+
+    def keys(self):
+        return _KeysView(self)
+
+    def values(self):
+        return list(self._values)
+
+    def items(self):
+        return list(zip(self._shape.keys, self._values))
+
+    def copy(self):
+        return dict(zip(self._shape.keys, self._values))
+
+    def __eq__(self, other):
+        if isinstance(other, Attributes):
+            return self.copy() == (<Attributes>other).copy()
+        if isinstance(other, _Mapping):
+            return self.copy() == dict(other.items())
+        return NotImplemented
+
+    def __ne__(self, other):
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self):
+        raise TypeError("unhashable type: 'Attributes'")  # as a dict: a Span is not either
+
+    def __or__(self, other):
+        if not isinstance(other, _Mapping):
+            return NotImplemented
+        merged = self.copy()
+        merged.update(other)
+        return merged
+
+    def __repr__(self):
+        return repr(self.copy())
+
+    def __reduce__(self):  # pickled, it comes back a dict
+        return (dict, (self.items(),))
+
+
+from collections.abc import KeysView as _KeysView, Mapping as _Mapping
+
+_Mapping.register(Attributes)
+cdef Attributes _NO_ATTRIBUTES = Attributes.__new__(Attributes)
+_NO_ATTRIBUTES._shape = _Shape(())
+_NO_ATTRIBUTES._values = ()
+
+
+cdef inline object _attributes(list keys, list values, dict shapes):
+    """A span's attributes: one shared empty mapping, `Attributes` sharing the keys' shape
+    through `shapes` (the request's), or a dict for many keys."""
+    cdef Py_ssize_t n = len(keys)
+    if n == 0:
+        return _NO_ATTRIBUTES
+    if n > _MAX_COMPACT:
+        return dict(zip(keys, values))
+    cdef tuple key_tuple = tuple(keys)
+    cdef object shape = shapes.get(key_tuple)
+    if shape is None:
+        shape = shapes[key_tuple] = _Shape(key_tuple)
+    cdef Attributes out = Attributes.__new__(Attributes)
+    out._shape = <_Shape>shape
+    out._values = tuple(values)
+    return out
+
 cdef tuple _KINDS = tuple(SpanKind.from_otlp(number) for number in range(6))
 cdef object _new_span = object.__new__
 cdef object _new_tuple = tuple.__new__
@@ -1394,7 +1533,9 @@ def spans(records, Py_ssize_t max_span_bytes=-1):
     cdef unsigned long long* event_times = a_event_times.data.as_ulonglongs
     cdef Py_ssize_t n = len(a_names), i, row, batch, host, scope, kind
     cdef list out = []
-    cdef dict lost = {}, attributes
+    cdef dict lost = {}
+    cdef dict shapes = {}  # each distinct tuple of attribute keys, once a request
+    cdef list keys, values
     cdef list events
     cdef str trace_id = None
     cdef const uint8_t* last_trace = NULL
@@ -1422,7 +1563,8 @@ def spans(records, Py_ssize_t max_span_bytes=-1):
         if max_span_bytes >= 0 and <Py_ssize_t>a_len.data.as_uints[i] > max_span_bytes:
             lost[trace_id] = lost.get(trace_id, 0) + 1
             continue
-        attributes = {}
+        keys = []
+        values = []
         for row in range(attr_bounds[i], attr_bounds[i + 1]):
             payload = attr_values[row]
             kind = attr_types[row]
@@ -1437,7 +1579,8 @@ def spans(records, Py_ssize_t max_span_bytes=-1):
                 value = number
             else:
                 value = lists[payload]
-            attributes[strings[attr_keys[row]]] = value
+            keys.append(strings[attr_keys[row]])
+            values.append(value)
         events = [
             _new_tuple(_SpanEvent, (strings[event_names[row]], event_times[row]))
             for row in range(event_bounds[i], event_bounds[i + 1])
@@ -1461,7 +1604,7 @@ def spans(records, Py_ssize_t max_span_bytes=-1):
         PyObject_GenericSetAttr(span, "parent_span_id", value)
         PyObject_GenericSetAttr(span, "kind", _KINDS[a_kinds.data.as_uchars[i]])
         PyObject_GenericSetAttr(span, "service", strings[a_services.data.as_uints[batch]])
-        PyObject_GenericSetAttr(span, "attributes", attributes)
+        PyObject_GenericSetAttr(span, "attributes", _attributes(keys, values, shapes))
         PyObject_GenericSetAttr(span, "error", a_errors.data.as_uchars[i] == 1)
         PyObject_GenericSetAttr(span, "events", tuple(events))
         PyObject_GenericSetAttr(span, "host", None if host < 0 else strings[host])
