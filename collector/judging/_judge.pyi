@@ -2,11 +2,14 @@
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TypeVar
 
 from ..budget.model import Budget, Selector
 from ..spans import Span
 from .evaluate import Judged
 from .stage_table import StageTable
+
+_T = TypeVar("_T")
 
 class _Handback: ...
 
@@ -23,3 +26,6 @@ class CompiledJudge:
         judged: type[Judged],
     ) -> None: ...
     def judge(self, spans: Sequence[Span], evaluated_at: datetime) -> Judged | _Handback | None: ...
+
+def evolve(obj: _T, **changes: object) -> _T:
+    """`dataclasses.replace(obj, **changes)` for judging's frozen slotted dataclasses."""

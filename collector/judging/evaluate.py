@@ -6,10 +6,10 @@ Shared by the live collector, `spanbudget check` and the load tester.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..budget.model import Budget, FirstTokenMark, NonStreamed, Selector, WhenAbsent
 from ..spans import Span, seconds_value
@@ -120,6 +120,8 @@ class Evaluator:
             if _judge is not None and compiled
             else None
         )
+        # `dataclasses.replace` for a verdict and a `Judged`: compiled with the rest.
+        self._evolve: Callable[..., Any] = replace if self._compiled is None else _judge.evolve
 
     @property
     def compiled(self) -> bool:
@@ -179,8 +181,10 @@ class Evaluator:
             first_token=self._source(judged, spans),
             window_start_ns=_start_of(judged.root_span_id, spans),
             instrumentation=instrumentation,
+            evolve=self._evolve,
         )
-        return replace(judged, verdict=verdict)
+        evolved: Judged = self._evolve(judged, verdict=verdict)
+        return evolved
 
     def _source(self, judged: Judged, spans: Sequence[Span]) -> dict[str, str | bool] | None:
         """The verdict's `first_token`: the mark that gave it, and the span that carried it."""

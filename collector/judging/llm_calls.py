@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from spanbudget.common.semconv import (
@@ -176,6 +176,7 @@ def settle(
     first_token: Mapping[str, str | bool] | None,
     window_start_ns: int,
     instrumentation: str | None = None,
+    evolve: Callable[..., Verdict] = replace,
 ) -> Verdict:
     """The verdict as the request makes it: `not_applicable` without an LLM call and a
     first token other than a server's first body send, `not_streamed` when no call
@@ -183,13 +184,13 @@ def settle(
     call's model and tokens in its attributes; the spans whose parent is not in the trace,
     besides its root, as `damaged` (`missing_parent`, DESIGN §5 rule 1: judged all the
     same); `instrumentation`, the library whose preset judged it (None: the budget's
-    own)."""
+    own). `evolve` is `dataclasses.replace`, or the compiled evaluator's own."""
     attributes = {**verdict.attributes, **request.attributes}
     damaged = verdict.damaged
     missing = _missing_parents(spans)
     if missing:
         damaged = {**(damaged or {}), "missing_parent": missing}
-    settled = replace(
+    settled = evolve(
         verdict,
         attributes=attributes,
         damaged=damaged,

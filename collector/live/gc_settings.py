@@ -5,8 +5,9 @@ counting: none of it forms cycles. With CPython's default thresholds the cycle c
 still runs every 700 allocations and, as the intake queue and the assembly buffer fill,
 keeps rescanning every object they hold: a third of the collector's time at full load
 (bench/pipeline.py measures it). `spanbudget collect` therefore freezes what start-up
-made and collects the youngest generation less often. (A load test's dispatcher needs
-short pauses rather than few: loadtest/idle_gc.py.)
+made and collects the youngest generation less often; and where the compiled wire reader
+is built, the intake's spans are never tracked at all (`span_records.untracked`). (A load
+test's dispatcher needs short pauses rather than few: loadtest/idle_gc.py.)
 """
 
 from __future__ import annotations

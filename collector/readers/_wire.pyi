@@ -12,3 +12,6 @@ def read(data: bytes, source: str, keys: AttributeKeys, seed: int = 0) -> tuple[
 def spans(records: SpanRecords, max_span_bytes: int = -1) -> tuple[list[Span], dict[str, int]]:
     """`records`' spans, leaving out (and counting by trace id) those whose encoding is
     over `max_span_bytes` when it is 0 or more."""
+
+def untrack(objects: list[Any]) -> None:
+    """Take `objects` out of the cycle collector's sight (`span_records.untracked`)."""

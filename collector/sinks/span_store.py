@@ -16,7 +16,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ import lz4.block
 from .. import json_text
 from ..core.decisions import Decisions, Retention
 from ..core.metrics import CollectorMetrics
-from ..spans import AttrValue, Span, SpanEvent, SpanKind
+from ..spans import Span, SpanEvent, SpanKind
 from .settings import StoreSettings
 from .store import connect
 
@@ -68,24 +68,20 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
             s.name,
             s.start_ns,
             s.end_ns,
-            s.kind.value,
+            s.kind,  # orjson writes an enum's value
             s.service,
-            _as_dict(s.attributes),
+            # The dict itself, or the pairs of the wire reader's compact mapping as one
+            # (`dict(mapping)` would look each key up again).
+            s.attributes if type(s.attributes) is dict else dict(s.attributes.items()),
             s.error,
             s.host,
-            [list(event) for event in s.events],
+            [list(event) for event in s.events] if s.events else (),
             s.scope,
         ]
         for s in spans
     ]
     compressed: bytes = lz4.block.compress(json_text.dumps([_FORMAT, spans[0].trace_id, rows]))
     return _LZ4 + compressed
-
-
-def _as_dict(attributes: Mapping[str, AttrValue]) -> Mapping[str, AttrValue]:
-    """What orjson writes: the dict itself, or the pairs of the wire reader's compact
-    mapping as one (`dict(mapping)` would look each key up again)."""
-    return attributes if type(attributes) is dict else dict(attributes.items())
 
 
 def decode_spans(body: bytes) -> list[Span]:

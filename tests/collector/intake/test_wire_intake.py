@@ -5,8 +5,10 @@ that judges through it."""
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -183,3 +185,19 @@ def test_the_spans_of_a_request_share_their_strings() -> None:
     keys = [key for s in spans for key in s.attributes if key == "gen_ai.operation.name"]
     assert len(keys) > 1
     assert len({id(key) for key in keys}) == 1
+
+
+def test_the_intake_leaves_its_spans_to_reference_counting() -> None:
+    """Neither the held spans nor their `Span`s, attributes and values are tracked by the
+    cycle collector (none can be in a cycle), so its collections never traverse what the
+    assembly holds; reference counting frees them."""
+    batch = decode(reference_body(3), WIRE)
+    assert isinstance(batch, Batch)
+    assert batch.spans
+    for held in batch.spans:
+        assert not gc.is_tracked(held)
+        assert not gc.is_tracked(held.span)
+        assert not gc.is_tracked(held.span.attributes)
+    # The held span's slot and the argument hold it, nothing else: freed with its batch.
+    holders = sys.getrefcount(batch.spans[0].span)
+    assert holders == 2

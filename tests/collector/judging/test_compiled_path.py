@@ -11,6 +11,7 @@ import json
 import math
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -391,3 +392,24 @@ def test_without_the_extension_every_trace_is_judged_the_same() -> None:
         expected.append(verdict.to_dict())
     assert alone["verdicts"] == expected
     assert {v["status"] for v in expected} >= {"ok", "warn", "overrun", "error"}
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled evaluator is not built")
+def test_the_compiled_evolve_is_dataclasses_replace() -> None:
+    """Every judged trace's verdict and `Judged` are copied with changes by `_judge.evolve`:
+    the same objects as `dataclasses.replace` makes, and the same refusal of a field that
+    is not there."""
+    from spanbudget.collector.judging import _judge
+
+    judged = Evaluator(BUDGET).judge(rag_trace().spans, evaluated_at=datetime.now(UTC))
+    assert judged is not None
+    verdict = judged.verdict
+    changes = {"attributes": {"k": 1}, "damaged": {"missing_parent": 1}, "response_ms": 2.5}
+    assert _judge.evolve(verdict, **changes) == dataclasses.replace(verdict, **changes)
+    assert _judge.evolve(verdict) == verdict
+    other = dataclasses.replace(verdict, ttft_ms=1.0)
+    assert _judge.evolve(judged, verdict=other) == dataclasses.replace(judged, verdict=other)
+    with pytest.raises(TypeError, match="no field 'nope'"):
+        _judge.evolve(verdict, nope=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _judge.evolve(verdict).status = verdict.status  # type: ignore[misc]
