@@ -8,16 +8,23 @@ acknowledged and not yet decided) are decoded and offered again, before any new 
 is served; the spans of traces the verdict store already holds are left out, so nothing
 is judged twice and a trace whose spans straddle the restart is judged whole.
 
-Durability: each entry is committed to the WAL before the answer (SQLite's
-`synchronous=NORMAL`): it survives the process being killed, not the machine losing power.
-The forwarder's queue is not in the journal: spans waiting to go downstream when the
-process dies are lost (the verdicts are not).
+Durability: each entry is committed to the WAL before the answer: it survives the process
+being killed, not the machine losing power. So the journal never waits for the disk
+(SQLite's `synchronous=OFF`; the verdict and span stores keep `NORMAL`): its fsyncs at
+each checkpoint took half of an entry's time, 213-235 µs against 108 for a 65 KB body
+here. A journal that a power loss left unreadable is set aside (renamed `*.unreadable-*`)
+with a warning, and the collector starts with an empty one: the entries lost are those
+the machine's power took, as they would be anyway. The forwarder's queue is not in the
+journal: spans waiting to go downstream when the process dies are lost (the verdicts are
+not).
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
+import time
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -57,8 +64,12 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = connect(path)
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db = _open(path)
+        except sqlite3.DatabaseError as exc:
+            aside = _set_aside(path)
+            log.warning("intake journal %s unreadable (%s): set aside as %s", path, exc, aside)
+            self._db = _open(path)
         self._lock = threading.Lock()
         self._pending: dict[int, set[str]] = {}  # entry -> its traces not decided yet
         self._by_trace: dict[str, set[int]] = {}  # trace id -> entries holding it
@@ -140,6 +151,31 @@ class Journal:
         self._pending[seq] = set(trace_ids)
         for trace_id in trace_ids:
             self._by_trace.setdefault(trace_id, set()).add(seq)
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    """The journal's database, checked whole (it holds seconds of traffic: quick)."""
+    db = connect(path)
+    try:
+        db.execute("PRAGMA synchronous=OFF")  # see the module's docstring
+        db.executescript(_SCHEMA)
+        (result,) = db.execute("PRAGMA quick_check").fetchone()
+        if result != "ok":
+            raise sqlite3.DatabaseError(result)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename an unreadable journal and its WAL files out of the way; the new name."""
+    aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%dT%H%M%S')}")
+    for suffix in ("", "-wal", "-shm"):
+        part = path.with_name(path.name + suffix)
+        if part.exists():
+            part.rename(aside.with_name(aside.name + suffix))
+    return aside
 
 
 class JournalSink:
