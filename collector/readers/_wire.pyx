@@ -23,9 +23,6 @@ Every read is bounded by the end of the field that holds it: malformed input rai
 """
 
 cimport cython
-
-cdef extern from "Python.h":
-    void PyObject_GC_UnTrack(object)
 from cpython.array cimport array, resize_smart
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
@@ -34,6 +31,11 @@ from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcmp, memcpy, memset
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(object)
+
+from collections.abc import KeysView as _KeysView, Mapping as _Mapping
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
@@ -1455,8 +1457,6 @@ cdef class Attributes:
     def __reduce__(self):  # pickled, it comes back a dict
         return (dict, (self.items(),))
 
-
-from collections.abc import KeysView as _KeysView, Mapping as _Mapping
 
 _Mapping.register(Attributes)
 cdef Attributes _NO_ATTRIBUTES = Attributes.__new__(Attributes)
