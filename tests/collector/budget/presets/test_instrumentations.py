@@ -135,7 +135,10 @@ def test_openlit_without_its_http_child_is_early_by_the_headers(
 def test_a_role_only_first_chunk_is_taken_for_the_first_token(run: ZooRun) -> None:
     """The limitation issue 44's item 9 documents: every library marks the first chunk,
     also one that carries only the role, and so does the server's first body send; the
-    spans cannot tell. The first content comes 100 ms later."""
+    spans cannot tell. The first content comes 100 ms later: the judged first token is
+    nearer the role-only chunk than the content, by the client's clock (whose reads of the
+    two chunks a loaded machine delays by a few ms each, unequally: 94.5 ms apart was seen
+    at load 3.1 on 2 CPUs)."""
     streams = [(r, v) for r, v in marked_streams(run) if r["shape"].endswith("role_first")]
     assert streams
     # An estimate is earlier still, by the wait for the headers.
@@ -143,7 +146,7 @@ def test_a_role_only_first_chunk_is_taken_for_the_first_token(run: ZooRun) -> No
     for request, verdict in streams:
         to_content = client_gap_ms(run, request, verdict, "first_content_ns")
         message = f"judged − the client's first content: {to_content:.2f} ms"
-        timed(earliest <= to_content <= -ROLE_FIRST_GAP_MS + 5, message)
+        timed(earliest <= to_content <= -ROLE_FIRST_GAP_MS / 2, message)
 
 
 def test_vllms_span_in_the_trace_leaves_the_first_token_the_clients(
