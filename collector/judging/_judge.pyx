@@ -220,20 +220,20 @@ def evolve(obj, **changes):
     cdef tuple fields = _FIELDS_OF.get(cls)
     if fields is None:
         fields = _FIELDS_OF[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    new = _new(cls)
     cdef Py_ssize_t used = 0
     cdef PyObject* value
+    cdef list values = []
     for name in fields:
         value = PyDict_GetItem(changes, name)
         if value is NULL:
-            PyObject_GenericSetAttr(new, name, getattr(obj, name))
+            values.append(getattr(obj, name))
         else:
-            PyObject_GenericSetAttr(new, name, <object>value)
+            values.append(<object>value)
             used += 1
     if used != len(changes):
         unknown = sorted(set(changes) - set(fields))
         raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
-    return new
+    return _fill(cls, fields, tuple(values))
 
 
 cdef class CompiledJudge:

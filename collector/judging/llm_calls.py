@@ -60,6 +60,11 @@ _OUTPUT_TOKENS = (
     "llm.token_count.completion",
     GEN_AI_USAGE_COMPLETION_TOKENS,
 )
+# The token counts a verdict carries, each by the names instrumentations give it.
+_COUNTS = (
+    (GEN_AI_USAGE_INPUT_TOKENS, _INPUT_TOKENS),
+    (GEN_AI_USAGE_OUTPUT_TOKENS, _OUTPUT_TOKENS),
+)
 _STREAM_FLAGS = (GEN_AI_REQUEST_STREAM, "gen_ai.is_streaming")
 _INVOCATION_PARAMETERS = "llm.invocation_parameters"
 _OPENINFERENCE_KIND = "openinference.span.kind"
@@ -369,17 +374,14 @@ def _attributes_of(
     )
     out: dict[str, str | int] = {}
     for span in order:
-        if len(out) == 3:  # the model and both counts: what is below cannot change them
+        if len(out) == 1 + len(_COUNTS):  # all found: what is below cannot change them
             break
         attributes = span.attributes
         if GEN_AI_REQUEST_MODEL not in out:
             model = _first_text(attributes, _MODEL)
             if model is not None:
                 out[GEN_AI_REQUEST_MODEL] = model
-        for key, names in (
-            (GEN_AI_USAGE_INPUT_TOKENS, _INPUT_TOKENS),
-            (GEN_AI_USAGE_OUTPUT_TOKENS, _OUTPUT_TOKENS),
-        ):
+        for key, names in _COUNTS:
             if key not in out:
                 count = _first_count(attributes, names)
                 if count is not None:
