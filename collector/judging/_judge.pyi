@@ -1,12 +1,13 @@
 """Types of the compiled fast path (`_judge.pyx`); see its docstring."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar
 
 from ..budget.model import Budget, Selector
 from ..spans import Span
 from .evaluate import Judged
+from .llm_calls import Scan
 from .stage_table import StageTable
 
 _T = TypeVar("_T")
@@ -29,3 +30,9 @@ class CompiledJudge:
 
 def evolve(obj: _T, **changes: object) -> _T:
     """`dataclasses.replace(obj, **changes)` for judging's frozen slotted dataclasses."""
+
+def scan(spans: Sequence[Span], keys: frozenset[str], events: frozenset[str]) -> Scan:
+    """`llm_calls.scan`, compiled."""
+
+def calls_below(call: Span, ids: set[str], children: Mapping[str, list[Span]]) -> list[Span]:
+    """`llm_calls.calls_below`, compiled."""

@@ -14,7 +14,7 @@ those. Tests hold the two to identical judgements
 and Python's agree.
 """
 
-from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.dict cimport PyDict_Contains, PyDict_GetItem, PyDict_SetItem
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.sequence cimport PySequence_Contains
 from cpython.object cimport (
@@ -32,6 +32,13 @@ import dataclasses
 
 from ..budget.model import WhenAbsent, attr_text
 from ..spans import SpanKind, same_host, seconds_value
+from .llm_calls import (
+    ASGI_EVENT,
+    LLM_OPERATIONS,
+    LLM_REQUEST_TYPE,
+    MODEL_KEYS,
+    OPENINFERENCE_KIND,
+)
 from .stage_table import PHASES
 from .verdict import SEVERITY, StageResult, Status, Verdict
 from .verdict_rules import (
@@ -44,6 +51,7 @@ from .verdict_rules import (
 )
 from spanbudget.common.semconv import (
     GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL,
+    GEN_AI_OPERATION_NAME,
     GEN_AI_LATENCY_TIME_IN_QUEUE,
     GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
     VLLM_PHASE_SPANS,
@@ -1140,3 +1148,95 @@ cdef bint _carries(tuple match, object span, bint is_root) except -1:
         ):
             return True
     return False
+
+
+cdef inline bint _has(object mapping, object key) except -1:
+    if type(mapping) is dict:
+        return PyDict_Contains(mapping, key)
+    return PySequence_Contains(mapping, key)
+
+
+cdef bint _is_llm_call(object span, object attributes) except -1:
+    """`llm_calls.is_llm_call`."""
+    value = _get(attributes, GEN_AI_OPERATION_NAME)
+    if isinstance(value, str) and value in LLM_OPERATIONS:
+        return True
+    value = _get(attributes, OPENINFERENCE_KIND)
+    if value is not None and value == "LLM":
+        for key in MODEL_KEYS:
+            model = _get(attributes, key)
+            if isinstance(model, str) and model:
+                return True
+        return False
+    value = _get(attributes, LLM_REQUEST_TYPE)
+    if value is not None and (value == "chat" or value == "completion"):
+        return True
+    return span.name == VLLM_REQUEST_SPAN
+
+
+def scan(spans, frozenset keys, frozenset events):
+    """`llm_calls.scan`, compiled: the first pass of reading a trace's LLM calls."""
+    cdef dict by_id = {}
+    cdef dict children = {}
+    cdef list calls = []
+    cdef bint sends = False, called
+    cdef Py_ssize_t orphans = 0
+    cdef PyObject* kids
+    for span in spans:
+        span_id = span.span_id
+        PyDict_SetItem(by_id, span_id, span)
+        parent = span.parent_span_id
+        if parent is not None:
+            kids = PyDict_GetItem(children, parent)
+            if kids is NULL:
+                PyDict_SetItem(children, parent, [span])
+            else:
+                (<list>kids).append(span)
+        attributes = span.attributes
+        called = _is_llm_call(span, attributes)
+        if not called and keys:
+            for key in keys:
+                if _has(attributes, key):
+                    called = True
+                    break
+        if not called and events:
+            for event in span.events:
+                if event.name in events:
+                    called = True
+                    break
+        if called:
+            calls.append(span)
+        if not sends:
+            sends = _has(attributes, ASGI_EVENT)
+    for span in spans:
+        parent = span.parent_span_id
+        if parent is None or PyDict_GetItem(by_id, parent) is NULL:
+            orphans += 1
+    return by_id, children, calls, sends, orphans
+
+
+def calls_below(call, set ids, dict children):
+    """`llm_calls.calls_below`, compiled: the LLM calls (by span id, `ids`) under `call`,
+    depth first in their order (each span once, as `llm_calls._below` walks), as a list."""
+    cdef list found = []
+    cdef set seen = {call.span_id}
+    cdef list pending = []
+    cdef PyObject* kids = PyDict_GetItem(children, call.span_id)
+    cdef Py_ssize_t i
+    if kids is NULL:
+        return found
+    for i in range(len(<list>kids) - 1, -1, -1):
+        pending.append((<list>kids)[i])
+    while pending:
+        below = pending.pop()
+        span_id = below.span_id
+        if span_id in seen:
+            continue
+        seen.add(span_id)
+        if span_id in ids:
+            found.append(below)
+        kids = PyDict_GetItem(children, span_id)
+        if kids is not NULL:
+            for i in range(len(<list>kids) - 1, -1, -1):
+                pending.append((<list>kids)[i])
+    return found

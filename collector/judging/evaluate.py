@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from ..budget.model import Budget, FirstTokenMark, NonStreamed, Selector, WhenAbsent
 from ..spans import Span, seconds_value
 from .attribution import Node, Tree, assemble, attribute_window
-from .llm_calls import read_request, settle
+from .llm_calls import read_request, reading, settle
 from .stage_table import StageTable
 from .verdict import SEVERITY as _SEVERITY
 from .verdict import StageResult, Status, Verdict, new_stage_result
@@ -120,8 +120,10 @@ class Evaluator:
             if _judge is not None and compiled
             else None
         )
-        # `dataclasses.replace` for a verdict and a `Judged`: compiled with the rest.
+        # `dataclasses.replace` for a verdict and a `Judged`, and the first pass of reading
+        # the LLM calls: compiled with the rest.
         self._evolve: Callable[..., Any] = replace if self._compiled is None else _judge.evolve
+        self._walks = reading(budget.first_token, None if self._compiled is None else _judge)
 
     @property
     def compiled(self) -> bool:
@@ -160,7 +162,9 @@ class Evaluator:
             judged = self._judge_tree(spans, evaluated_at, keep_tree)
             if judged is None:
                 return None
-        request = read_request(spans, judged.first_token_span, self.budget.first_token)
+        request = read_request(
+            spans, judged.first_token_span, self.budget.first_token, walks=self._walks
+        )
         if (
             request.streamed is False
             and request.response_end is not None
@@ -177,7 +181,6 @@ class Evaluator:
             judged.verdict,
             request,
             self.budget,
-            spans,
             first_token=self._source(judged, spans),
             window_start_ns=_start_of(judged.root_span_id, spans),
             instrumentation=instrumentation,

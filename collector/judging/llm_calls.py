@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import ModuleType
+from typing import NamedTuple
 
 from spanbudget.common.semconv import (
     GEN_AI_OPERATION_NAME,
@@ -46,14 +48,19 @@ from .verdict_rules import round_ms
 
 __all__ = [
     "LlmRequest",
+    "Reading",
+    "Scan",
+    "calls_below",
     "is_llm_call",
     "read_request",
+    "reading",
+    "scan",
     "settle",
     "streamed",
 ]
 
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
-_MODEL = (GEN_AI_REQUEST_MODEL, "gen_ai.response.model", "llm.model_name")
+MODEL_KEYS = (GEN_AI_REQUEST_MODEL, "gen_ai.response.model", "llm.model_name")
 _INPUT_TOKENS = (GEN_AI_USAGE_INPUT_TOKENS, "llm.token_count.prompt", GEN_AI_USAGE_PROMPT_TOKENS)
 _OUTPUT_TOKENS = (
     GEN_AI_USAGE_OUTPUT_TOKENS,
@@ -67,9 +74,10 @@ _COUNTS = (
 )
 _STREAM_FLAGS = (GEN_AI_REQUEST_STREAM, "gen_ai.is_streaming")
 _INVOCATION_PARAMETERS = "llm.invocation_parameters"
-_OPENINFERENCE_KIND = "openinference.span.kind"
+OPENINFERENCE_KIND = "openinference.span.kind"
+LLM_REQUEST_TYPE = "llm.request.type"  # OpenLLMetry's older name of the operation
 # opentelemetry-instrumentation-asgi's spans of each message a server sends.
-_ASGI_EVENT = "asgi.event.type"
+ASGI_EVENT = "asgi.event.type"
 _BODY_SENT = "http.response.body"
 
 
@@ -77,11 +85,12 @@ def is_llm_call(span: Span) -> bool:
     """Whether `span` is a call to a language model (not an embeddings call, not a
     retrieval, not a model list)."""
     attributes = span.attributes
-    if attributes.get(GEN_AI_OPERATION_NAME) in LLM_OPERATIONS:
+    operation = attributes.get(GEN_AI_OPERATION_NAME)
+    if isinstance(operation, str) and operation in LLM_OPERATIONS:
         return True
-    if attributes.get(_OPENINFERENCE_KIND) == "LLM":
-        return _first_text(attributes, _MODEL) is not None
-    if attributes.get("llm.request.type") in ("chat", "completion"):
+    if attributes.get(OPENINFERENCE_KIND) == "LLM":
+        return _first_text(attributes, MODEL_KEYS) is not None
+    if attributes.get(LLM_REQUEST_TYPE) in ("chat", "completion"):
         return True
     return span.name == VLLM_REQUEST_SPAN
 
@@ -110,38 +119,79 @@ class LlmRequest:
     """What a trace's spans say of its LLM calls. `streamed`: True when any call streamed,
     False when every call is known not to have, None when they do not say; `response_end`
     the span id and end of the outermost call that ended last (the whole response);
-    `attributes` the model and token counts of the call the first token came from."""
+    `attributes` the model and token counts of the call the first token came from;
+    `missing_parents` the spans whose parent is not in the trace, besides its root."""
 
     calls: int
     streamed: bool | None
     response_end: tuple[str, int] | None
     attributes: Mapping[str, str | int]
+    missing_parents: int = 0
+
+
+# What `scan` finds in one pass over a trace's spans: each span by id (the last of an id),
+# the spans under each parent id in their order, the LLM calls (and the spans that carry a
+# first-token mark), whether any span shows a server's sends, and how many spans have no
+# parent in the trace (its root among them).
+Scan = tuple[dict[str, Span], dict[str, list[Span]], list[Span], bool, int]
+
+
+class Reading(NamedTuple):
+    """The two walks `read_request` runs on every trace the collector judges, in Python
+    (this module's `scan` and `calls_below`) or compiled (`_judge`'s, the same: tests hold
+    the two equal); `scan` with the budget's first-token marks bound (`reading`)."""
+
+    scan: Callable[[Sequence[Span]], Scan]
+    calls_below: Callable[[Span, set[str], Mapping[str, list[Span]]], Iterable[Span]]
+
+
+def reading(marks: Sequence[FirstTokenMark], compiled: ModuleType | None = None) -> Reading:
+    """The walks for a budget's `marks`: this module's, or those of `compiled` (`_judge`)."""
+    keys = frozenset(mark.attribute for mark in marks if mark.attribute is not None)
+    events = frozenset(name for mark in marks for name in mark.events)
+    run = scan if compiled is None else compiled.scan
+    return Reading(
+        lambda spans: run(spans, keys, events),
+        calls_below if compiled is None else compiled.calls_below,
+    )
+
+
+def scan(spans: Sequence[Span], keys: frozenset[str], events: frozenset[str]) -> Scan:
+    """The one pass `read_request` starts with, which runs on every trace the collector
+    judges (`_judge.scan` is the same, compiled: tests hold the two equal). `keys` and
+    `events` are the budget's first-token marks' attribute names and event names."""
+    by_id: dict[str, Span] = {}
+    children: dict[str, list[Span]] = {}
+    calls: list[Span] = []
+    sends = False  # whether a server's spans show what it sent
+    for span in spans:
+        by_id[span.span_id] = span
+        if span.parent_span_id is not None:
+            children.setdefault(span.parent_span_id, []).append(span)
+        if is_llm_call(span) or _marked(span, keys, events):
+            calls.append(span)
+        sends = sends or ASGI_EVENT in span.attributes
+    orphans = sum(1 for span in spans if span.parent_span_id not in by_id)
+    return by_id, children, calls, sends, orphans
 
 
 def read_request(
     spans: Sequence[Span],
     first_token_span: str | None,
     marks: Sequence[FirstTokenMark] = (),
+    *,
+    walks: Reading | None = None,
 ) -> LlmRequest:
     """The LLM calls of one trace's spans, and which one the first token (carried by span
     `first_token_span`, if any) came from. A span that carries the attribute or the event
     of one of the budget's `marks` counts as a call too, whatever its names (an app's own
-    instrumentation, which the budget was written for)."""
-    keys = frozenset(mark.attribute for mark in marks if mark.attribute is not None)
-    events = frozenset(name for mark in marks for name in mark.events)
-    by_id: dict[str, Span] = {}
-    children: dict[str, list[Span]] = {}
-    calls: list[Span] = []
-    sends = False  # whether a server's spans show what it sent
-    for span in spans:  # one pass: this runs on every trace the collector judges
-        by_id[span.span_id] = span
-        if span.parent_span_id is not None:
-            children.setdefault(span.parent_span_id, []).append(span)
-        if is_llm_call(span) or _marked(span, keys, events):
-            calls.append(span)
-        sends = sends or _ASGI_EVENT in span.attributes
+    instrumentation, which the budget was written for). `walks` is `reading(marks)`, made
+    once by an evaluator (compiled where it judges on the compiled path)."""
+    walks = walks or reading(marks)
+    by_id, children, calls, sends, orphans = walks.scan(spans)
+    missing = max(0, orphans - 1)  # the root's own parent is not in the trace either
     if not calls:
-        return LlmRequest(0, None, None, {})
+        return LlmRequest(0, None, None, {}, missing)
     call_ids = {call.span_id for call in calls}
     # What the caller saw decides: the outermost calls (an engine's span under an app's
     # call says nothing of whether the app streamed), each by its own word, else by the
@@ -168,7 +218,8 @@ def read_request(
         len(calls),
         stream,
         (last.span_id, last.end_ns),
-        _attributes_of(chosen, call_ids, children),
+        _attributes_of(chosen, walks.calls_below(chosen, call_ids, children)),
+        missing,
     )
 
 
@@ -176,7 +227,6 @@ def settle(
     verdict: Verdict,
     request: LlmRequest,
     budget: Budget,
-    spans: Sequence[Span],
     *,
     first_token: Mapping[str, str | bool] | None,
     window_start_ns: int,
@@ -192,9 +242,8 @@ def settle(
     own). `evolve` is `dataclasses.replace`, or the compiled evaluator's own."""
     attributes = {**verdict.attributes, **request.attributes}
     damaged = verdict.damaged
-    missing = _missing_parents(spans)
-    if missing:
-        damaged = {**(damaged or {}), "missing_parent": missing}
+    if request.missing_parents:
+        damaged = {**(damaged or {}), "missing_parent": request.missing_parents}
     settled = evolve(
         verdict,
         attributes=attributes,
@@ -270,7 +319,7 @@ def _sends_tell(server: Span, children: Mapping[str, list[Span]]) -> bool | None
     """A server span that sent its response body in more than one message streamed it;
     None when it shows no sends."""
     kids = children.get(server.span_id, ())
-    sends = sum(1 for kid in kids if kid.attributes.get(_ASGI_EVENT) == _BODY_SENT)
+    sends = sum(1 for kid in kids if kid.attributes.get(ASGI_EVENT) == _BODY_SENT)
     return sends > 1 if sends else None
 
 
@@ -363,22 +412,22 @@ def _chosen(outermost: list[Span], flags: list[bool | None]) -> Span:
     return max(outermost, key=lambda c: (c.end_ns, c.span_id))
 
 
-def _attributes_of(
-    call: Span, ids: set[str], children: Mapping[str, list[Span]]
-) -> dict[str, str | int]:
-    """The model and token counts of `call`, or of the LLM calls below it (depth first)
+def calls_below(call: Span, ids: set[str], children: Mapping[str, list[Span]]) -> Iterator[Span]:
+    """The LLM calls (by span id, `ids`) under `call`, depth first in their order; lazily."""
+    return (span for span in _below(call, children) if span.span_id in ids)
+
+
+def _attributes_of(call: Span, below: Iterable[Span]) -> dict[str, str | int]:
+    """The model and token counts of `call`, or of the LLM calls `below` it (depth first)
     for what it does not name itself (a caller's span names the model, the engine's the
     tokens)."""
-    order = itertools.chain(
-        (call,), (span for span in _below(call, children) if span.span_id in ids)
-    )
     out: dict[str, str | int] = {}
-    for span in order:
+    for span in itertools.chain((call,), below):
         if len(out) == 1 + len(_COUNTS):  # all found: what is below cannot change them
             break
         attributes = span.attributes
         if GEN_AI_REQUEST_MODEL not in out:
-            model = _first_text(attributes, _MODEL)
+            model = _first_text(attributes, MODEL_KEYS)
             if model is not None:
                 out[GEN_AI_REQUEST_MODEL] = model
         for key, names in _COUNTS:
@@ -403,10 +452,3 @@ def _first_count(attributes: Mapping[str, AttrValue], keys: Sequence[str]) -> in
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
     return None
-
-
-def _missing_parents(spans: Sequence[Span]) -> int:
-    """Spans whose parent is not in the trace, besides the one that is its root."""
-    ids = {span.span_id for span in spans}
-    orphans = sum(1 for span in spans if span.parent_span_id not in ids)
-    return max(0, orphans - 1)

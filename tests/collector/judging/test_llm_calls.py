@@ -3,7 +3,8 @@ is judged on time to first token; a trace with no LLM call is `not_applicable`, 
 calls were not streamed `not_streamed` (or judged whole, when the budget says so); an
 `incomplete` trace blames nothing; the model and tokens are the first token's LLM call's;
 the first token names its source; a span whose parent is missing marks the verdict
-damaged but is judged all the same (DESIGN §5 rule 1). On both evaluator paths."""
+damaged but is judged all the same (DESIGN §5 rule 1). On both evaluator paths, whose
+walks over a trace's calls (`scan`, `calls_below`) are held equal on random traces."""
 
 from __future__ import annotations
 
@@ -11,14 +12,18 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from spanbudget.collector.budget.loader import load_budget, load_preset
 from spanbudget.collector.budget.model import Budget, NonStreamed
 from spanbudget.collector.judging.evaluate import COMPILED, Evaluator
-from spanbudget.collector.judging.llm_calls import streamed
+from spanbudget.collector.judging.llm_calls import calls_below, reading, streamed
 from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.spans import Span, SpanKind
+from spanbudget.collector.readers.span_records import AttributeKeys, SpanReader
+from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind
 
 from tests.support.layout import REPO
+from tests.support.otlp import to_request
 from tests.support.traces import TraceBuilder, openlit_stream_without_http_child, rag_trace
 
 NOW = datetime(2026, 12, 7, tzinfo=UTC)
@@ -305,3 +310,70 @@ def test_a_missing_parent_is_judged_as_a_child_of_the_root_and_marked() -> None:
     assert verdict.ttft_ms == judged(budget, whole).ttft_ms
     assert verdict.stage("retrieval").ms == 0
     assert judged(budget, whole).damaged is None
+
+
+# What the walks look at, each with values that make a span a call, values that do not,
+# and values of the wrong type.
+CALL_ATTRIBUTES: dict[str, list[AttrValue]] = {
+    "gen_ai.operation.name": ["chat", "text_completion", "embeddings", 7, ["chat"], ""],
+    "openinference.span.kind": ["LLM", "CHAIN", 1],
+    "llm.model_name": ["qwen", "", 3],
+    "gen_ai.request.model": ["qwen", True],
+    "llm.request.type": ["chat", "completion", "rerank"],
+    "asgi.event.type": ["http.response.body", "http.response.start"],
+    "gen_ai.response.time_to_first_chunk": [0.1, "x"],
+    "gen_ai.latency.time_to_first_token": [0.05],
+}
+
+
+@st.composite
+def call_traces(draw: st.DrawFn) -> list[Span]:
+    """Spans named and attributed as LLM calls, marks, servers' sends or none of them, with
+    ids that repeat and parents that are missing, their own or in a cycle."""
+    count = draw(st.integers(1, 9))
+    ids = [f"{i + 1:016x}" for i in range(count + 2)]
+    spans = []
+    for i in range(count):
+        keys = draw(st.lists(st.sampled_from(sorted(CALL_ATTRIBUTES)), unique=True, max_size=4))
+        attributes = {key: draw(st.sampled_from(CALL_ATTRIBUTES[key])) for key in keys}
+        events = draw(st.sampled_from([(), (SpanEvent(CHUNK, 5),), (SpanEvent("other", 5),)]))
+        spans.append(
+            Span(
+                "1" * 32,
+                draw(st.sampled_from(ids[: i + 1] + ids[-1:])),
+                draw(st.sampled_from(["llm_request", "chat", "POST", "other"])),
+                i,
+                i + 10,
+                parent_span_id=draw(st.none() | st.sampled_from(ids)),
+                kind=draw(st.sampled_from([SpanKind.SERVER, SpanKind.CLIENT])),
+                attributes=attributes,
+                events=events,
+            )
+        )
+    return spans
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled path is not built")
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(call_traces(), st.sampled_from([OPENLLMETRY, OPENLIT, GENAI]))
+def test_the_compiled_walks_over_the_calls_are_the_pythons(
+    spans: list[Span], budget: Budget
+) -> None:
+    from spanbudget.collector.judging import _judge
+
+    python, compiled = reading(budget.first_token), reading(budget.first_token, _judge)
+    # As given (dict attributes) and as the wire reader makes them (compact attributes).
+    body = to_request(spans).SerializeToString()
+    read = SpanReader(AttributeKeys(every=True), compiled=True).read(body, "test").to_spans()
+    for trace in (spans, read):
+        expected, got = python.scan(trace), compiled.scan(trace)
+        assert got[3:] == expected[3:]  # sends, spans without a parent in the trace
+        assert {k: id(v) for k, v in got[0].items()} == {k: id(v) for k, v in expected[0].items()}
+        assert {k: list(map(id, v)) for k, v in got[1].items()} == {
+            k: list(map(id, v)) for k, v in expected[1].items()
+        }
+        assert list(map(id, got[2])) == list(map(id, expected[2]))
+        ids = {call.span_id for call in expected[2]}
+        for span in trace:
+            below = compiled.calls_below(span, ids, expected[1])
+            assert list(map(id, below)) == list(map(id, calls_below(span, ids, expected[1])))
