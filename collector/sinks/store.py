@@ -12,6 +12,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from .. import json_text
 from ..alerts.burnrate import TOTAL
 from ..annotations import LOADTEST_RUN_ID
 from ..core.decisions import Decisions, Retention
-from ..judging.verdict import Status, Verdict
+from ..judging.verdict import Status, Verdict, to_json
 from ..stats import StageSummary
 
 __all__ = ["PAGE_SIZE", "StoreSink", "VerdictStore", "connect"]
@@ -111,32 +112,43 @@ class VerdictStore:
         writer = self._writer
         known = self.known([v.trace_id for v, _ in verdicts])
         fresh: list[Verdict] = []
+        counts: list[int] = []
+        for verdict, span_count in verdicts:
+            if verdict.trace_id not in known:
+                known.add(verdict.trace_id)
+                fresh.append(verdict)
+                counts.append(span_count)
         verdict_rows: list[tuple[Any, ...]] = []
         stage_rows: list[tuple[Any, ...]] = []
-        for verdict, span_count in verdicts:
-            if verdict.trace_id in known:
-                continue
-            known.add(verdict.trace_id)
+        # A batch's verdicts share their instant and a few blames: each is converted once.
+        instants: dict[datetime, float] = {}
+        blames: dict[tuple[str, ...], str] = {}
+        for verdict, span_count, body in zip(fresh, counts, to_json(fresh), strict=True):
             seq = self._next_seq
             self._next_seq += 1
-            fresh.append(verdict)
             run_id = verdict.attributes.get(LOADTEST_RUN_ID)
+            at = instants.get(verdict.evaluated_at)
+            if at is None:
+                at = instants[verdict.evaluated_at] = verdict.evaluated_at.timestamp()
+            blame = blames.get(verdict.blame)
+            if blame is None:
+                blame = blames[verdict.blame] = json_text.dumps(list(verdict.blame)).decode()
             verdict_rows.append(
                 (
                     seq,
                     verdict.trace_id,
                     verdict.budget,
-                    verdict.status.value,
+                    verdict.status._value_,
                     verdict.ttft_ms,
-                    verdict.total_status.value,
+                    verdict.total_status._value_,
                     None if run_id is None else str(run_id),
-                    verdict.evaluated_at.timestamp(),
-                    json_text.dumps(list(verdict.blame)).decode(),
+                    at,
+                    blame,
                     span_count,
-                    verdict.to_json(),
+                    body,
                 )
             )
-            stage_rows.extend((seq, s.name, s.ms, s.status.value) for s in verdict.stages)
+            stage_rows.extend((seq, s.name, s.ms, s.status._value_) for s in verdict.stages)
         writer.execute("BEGIN")
         try:
             writer.executemany(
@@ -159,7 +171,9 @@ class VerdictStore:
         replaced = 0
         writer.execute("BEGIN")
         try:
-            for verdict, span_count in verdicts:
+            for (verdict, span_count), body in zip(
+                verdicts, to_json(v for v, _ in verdicts), strict=True
+            ):
                 row = writer.execute(
                     "UPDATE verdicts SET status = ?, ttft_ms = ?, total_status = ?, blame = ?,"
                     " spans = ?, body = ?, revisions = revisions + 1 WHERE trace_id = ?"
@@ -170,7 +184,7 @@ class VerdictStore:
                         verdict.total_status.value,
                         json_text.dumps(list(verdict.blame)).decode(),
                         span_count,
-                        verdict.to_json(),
+                        body,
                         verdict.trace_id,
                     ),
                 ).fetchone()
