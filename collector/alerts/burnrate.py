@@ -123,14 +123,16 @@ class RollingCounts:
             for i, count in enumerate(counts):
                 self._sums[i] -= count
 
-    def add(self, now: float, over: Iterable[str]) -> None:
+    def add(self, now: float, over: Iterable[str], traces: int = 1) -> None:
+        """`traces` judged traces at `now`; each name in `over` (a name once for each of
+        them that went over its limit) counts one over."""
         self._expire(now)
         number = math.floor(now / self.slice_s)
         if not self._slices or self._slices[-1][0] != number:
             self._slices.append((number, [0] * len(self._sums)))
         counts = self._slices[-1][1]
-        counts[-1] += 1
-        self._sums[-1] += 1
+        counts[-1] += traces
+        self._sums[-1] += traces
         for name in over:
             i = self._index.get(name)
             if i is not None:
@@ -157,11 +159,12 @@ class BurnWindows:
         lengths = sorted({w for rule in rules for w in (rule.long_s, rule.short_s)})
         self._windows = {w: RollingCounts(w, self.stages) for w in lengths}
 
-    def add_over(self, now: float, over: Iterable[str]) -> None:
-        """One judged trace at `now` that went over the limits of `over` (stages, `total`)."""
+    def add_over(self, now: float, over: Iterable[str], traces: int = 1) -> None:
+        """One judged trace at `now` that went over the limits of `over` (stages, `total`);
+        or `traces` of them, `over` naming each stage once for each trace over its limit."""
         over = tuple(over)
         for window in self._windows.values():
-            window.add(now, over)
+            window.add(now, over, traces)
 
     @property
     def longest_s(self) -> float:

@@ -297,6 +297,10 @@ class AlertEngine:
     def on_verdicts(self, verdicts: Sequence[Verdict]) -> None:
         now = self._clock()
         with self._lock:
+            counted = 0
+            overs: list[str] = []  # each name once for each trace over its limit
+            values: dict[str, list[float]] = {}
+            examples: dict[str, list[tuple[float, str]]] = {}
             for verdict in verdicts:
                 if verdict.budget != self.budget.name or verdict.trace_id in self._seen:
                     continue  # another budget's, or seen already: never counted twice
@@ -307,22 +311,30 @@ class AlertEngine:
                 self._seen[verdict.trace_id] = None
                 if len(self._seen) > _SEEN_TRACES:
                     self._seen.popitem(last=False)
+                counted += 1
                 over = over_limit(verdict)
-                self._windows.add_over(now, over)
-                self._remember(now, verdict, over)
+                overs += over
+                for stage in verdict.stages:
+                    if stage.ms is not None:
+                        values.setdefault(stage.name, []).append(stage.ms)
+                if verdict.ttft_ms is not None:
+                    values.setdefault(TOTAL, []).append(verdict.ttft_ms)
+                for name in over:
+                    examples.setdefault(name, []).append((now, verdict.trace_id))
+            if counted:  # the batch at once: the windows count it as one trace at a time
+                self._windows.add_over(now, overs, counted)
+                self._remember(values, examples)
         self.evaluate()
 
-    def _remember(self, now: float, verdict: Verdict, over: set[str]) -> None:
-        """Keep the verdict's measured times and, for what went `over` its limit, its trace
-        id: the evidence an alert shows."""
-        values = [(s.name, s.ms) for s in verdict.stages] + [(TOTAL, verdict.ttft_ms)]
-        for name, ms in values:
-            if ms is not None:
-                self._evidence.values.setdefault(name, deque(maxlen=_RECENT_VALUES)).append(ms)
-        for name in over:
-            self._evidence.examples.setdefault(name, deque(maxlen=_EXAMPLES)).append(
-                (now, verdict.trace_id)
-            )
+    def _remember(
+        self, values: dict[str, list[float]], examples: dict[str, list[tuple[float, str]]]
+    ) -> None:
+        """Keep the verdicts' measured times and, for what went over its limit, their trace
+        ids (with when): the evidence an alert shows."""
+        for name, measured in values.items():
+            self._evidence.values.setdefault(name, deque(maxlen=_RECENT_VALUES)).extend(measured)
+        for name, found in examples.items():
+            self._evidence.examples.setdefault(name, deque(maxlen=_EXAMPLES)).extend(found)
 
     def _burning(self, rule: BurnRule, long: WindowBurn, short: WindowBurn) -> bool:
         settings = self.settings

@@ -146,6 +146,36 @@ def test_rolling_counts_cover_the_whole_window() -> None:
     assert counts.ratio(11.0, "a") == (0.0, 0)  # its whole slice is over 10 s old
 
 
+def test_a_batch_counts_as_its_traces_one_by_one_until_it_leaves_the_window() -> None:
+    one_by_one, batched = (RollingCounts(10.0, ["a", "b"], buckets=10) for _ in range(2))
+    for over in (["a"], [], ["a", "b"]):
+        one_by_one.add(0.5, over)
+    batched.add(0.5, ["a", "a", "b"], traces=3)
+    assert batched.ratio(0.6, "a") == (2 / 3, 3)
+    for now in (0.6, 10.99, 11.0):
+        for stage in ("a", "b"):
+            assert batched.ratio(now, stage) == one_by_one.ratio(now, stage)
+    assert batched.ratio(11.0, "a") == (0.0, 0)  # the batch's slice left as a whole
+
+
+def test_verdicts_given_at_once_alert_as_given_one_by_one(budget: Budget) -> None:
+    batch = verdicts(budget, 50, 1, retrieval=30) + verdicts(budget, 10, 51)  # burn 16.7x
+    clocks, sent = (Clock(), Clock()), ([], [])  # type: ignore[var-annotated]
+    alone, together = (engine(budget, c, s) for c, s in zip(clocks, sent, strict=True))
+    for verdict in batch:
+        alone.on_verdicts([verdict])
+    together.on_verdicts(batch)
+    for seconds in (0.2, 0.3, 5.0, 12.0):
+        for clock in clocks:
+            clock.now += seconds
+        alone.evaluate()
+        together.evaluate()
+        assert sent[1] == sent[0]
+    assert any(a.stage == "retrieval" and a.severity == "page" for a in sent[1])
+    assert together._evidence.values == alone._evidence.values
+    assert together._evidence.examples == alone._evidence.examples
+
+
 def test_default_rules_are_the_workbooks_with_pyrras_for() -> None:
     assert [
         (r.severity, r.factor, r.long_s, r.short_s, r.for_s, r.keep_firing_s) for r in DEFAULT_RULES
