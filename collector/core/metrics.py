@@ -6,16 +6,15 @@ Histograms use budget-aware buckets and carry trace-id exemplars (shown in OpenM
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import choose_encoder
 
 from ..judging.verdict import Status, Verdict
 from .decisions import Decisions
+from .histogram import BatchHistogram
 
 __all__ = ["BUDGET_BUCKETS_SECONDS", "CollectorMetrics", "MetricsSink", "render"]
 
@@ -28,7 +27,6 @@ def _buckets() -> tuple[float, ...]:
 
 
 BUDGET_BUCKETS_SECONDS = _buckets()
-_BUCKET_BOUNDS = (*BUDGET_BUCKETS_SECONDS, math.inf)  # as a histogram sees them
 
 
 class CollectorMetrics:
@@ -36,19 +34,19 @@ class CollectorMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.stage_duration = Histogram(
+        self.stage_duration = BatchHistogram(
             "spanbudget_stage_duration_seconds",
             "Critical-path time of each budget stage per judged trace.",
             ["budget", "stage"],
-            buckets=BUDGET_BUCKETS_SECONDS,
-            registry=registry,
+            BUDGET_BUCKETS_SECONDS,
+            registry,
         )
-        self.ttft = Histogram(
+        self.ttft = BatchHistogram(
             "spanbudget_ttft_seconds",
             "Time to first token of each judged trace.",
             ["budget"],
-            buckets=BUDGET_BUCKETS_SECONDS,
-            registry=registry,
+            BUDGET_BUCKETS_SECONDS,
+            registry,
         )
         self.traces = Counter(
             "spanbudget_traces",
@@ -177,9 +175,9 @@ class CollectorMetrics:
     def observe_all(self, verdicts: Sequence[Verdict]) -> None:
         """Record judged traces in order, as `observe` one by one would.
 
-        A bucket or counter keeps only the last exemplar given to it, so only the last
-        observation landing in each carries one: the exposition is the same, without
-        validating an exemplar per observation.
+        A counter keeps only the last exemplar given to it, so only the last overrun of
+        each carries one: the exposition is the same, without validating an exemplar per
+        observation. The histograms take each label set's values at once.
         """
         observed: dict[tuple[Any, ...], list[tuple[float, str]]] = {}
         counted: dict[tuple[Any, ...], int] = {}
@@ -202,16 +200,8 @@ class CollectorMetrics:
                     overrun[key] = (overrun.get(key, (0, ""))[0] + 1, trace_id)
         for (metric, *labels), count in counted.items():
             self._child(metric, *labels).inc(count)
-        for (metric, *labels), values in observed.items():
-            child = self._child(metric, *labels)
-            bounds = _BUCKET_BOUNDS
-            last = {bisect_left(bounds, value): n for n, (value, _) in enumerate(values)}
-            marked = set(last.values())
-            for n, (value, trace_id) in enumerate(values):
-                if n in marked:
-                    child.observe(value, {"trace_id": trace_id})
-                else:
-                    child.observe(value)
+        for (histogram, *labels), values in observed.items():
+            histogram.observe(tuple(labels), values)
         for (metric, *labels), (count, trace_id) in overrun.items():
             child = self._child(metric, *labels)
             if count > 1:
