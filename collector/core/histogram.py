@@ -54,7 +54,11 @@ class BatchHistogram:
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self.bounds = (*sorted(buckets), math.inf)
-        self._bounds_text = [floatToGoString(bound) for bound in self.bounds]
+        # Each bound as the exposition writes a `le` label (Go's float formatting).
+        self._bounds_text: list[str] = [
+            floatToGoString(bound)  # type: ignore[no-untyped-call]
+            for bound in self.bounds
+        ]
         self._series: dict[tuple[str, ...], _Series] = {}
         self._lock = threading.Lock()
         registry.register(self)
