@@ -37,7 +37,15 @@ from spanbudget.common.semconv import (
 
 from ..spans import Span
 
-__all__ = ["LIBRARIES", "Instrumentation", "recognize"]
+__all__ = [
+    "ATTRIBUTE_KEYS",
+    "EVENT_NAMES",
+    "LIBRARIES",
+    "OPENLIT_SDK",
+    "SCOPE_PREFIXES",
+    "Instrumentation",
+    "recognize",
+]
 
 
 class Instrumentation(enum.Enum):
@@ -59,7 +67,7 @@ class Instrumentation(enum.Enum):
 # order they are tried (OpenInference's kind is on every span it makes; OpenLLMetry's and
 # OpenLIT's names are their own; GenAI's scopes last, as OpenLIT and OpenLLMetry write GenAI
 # attributes too).
-_SCOPES: tuple[tuple[Instrumentation, tuple[str, ...]], ...] = (
+SCOPE_PREFIXES: tuple[tuple[Instrumentation, tuple[str, ...]], ...] = (
     (Instrumentation.OPENINFERENCE, ("openinference.instrumentation",)),
     (
         Instrumentation.OPENLLMETRY,
@@ -92,16 +100,16 @@ _ATTRIBUTES: tuple[tuple[Instrumentation, tuple[str, ...]], ...] = (
     ),
     (Instrumentation.OPENLIT, ("gen_ai.server.time_to_first_token",)),
 )
-_EVENTS: tuple[tuple[Instrumentation, frozenset[str]], ...] = (
+EVENT_NAMES: tuple[tuple[Instrumentation, frozenset[str]], ...] = (
     (Instrumentation.OPENINFERENCE, frozenset({"First Token Stream Event"})),
     (
         Instrumentation.OPENLLMETRY,
         frozenset({"gen_ai.content.completion.chunk", "llm.content.completion.chunk"}),
     ),
 )
-_OPENLIT_SDK = ("telemetry.sdk.name", "openlit")
+OPENLIT_SDK = ("telemetry.sdk.name", "openlit")
 # The attribute names flat, each with its library: one dict look-up a name and a span.
-_ATTRIBUTE_KEYS = tuple((key, library) for library, keys in _ATTRIBUTES for key in keys)
+ATTRIBUTE_KEYS = tuple((key, library) for library, keys in _ATTRIBUTES for key in keys)
 
 LIBRARIES = tuple(
     library
@@ -112,7 +120,8 @@ LIBRARIES = tuple(
 
 def recognize(spans: Sequence[Span]) -> Instrumentation | None:
     """The library that traced these spans (one trace's), or None: none that spanbudget
-    knows, so the budget in effect judges it."""
+    knows, so the budget in effect judges it. (`judging/_judge.pyx` has the same, compiled,
+    for the collector's hot path: tests hold the two equal.)"""
     found: set[Instrumentation] = set()
     vllm_alone = True
     requests = prefill = False
@@ -126,14 +135,14 @@ def recognize(spans: Sequence[Span]) -> Instrumentation | None:
             if library is not None:
                 found.add(library)
         attributes = span.attributes
-        for key, library in _ATTRIBUTE_KEYS:
+        for key, library in ATTRIBUTE_KEYS:
             if key in attributes:
                 found.add(library)
-        if attributes.get(_OPENLIT_SDK[0]) == _OPENLIT_SDK[1]:
+        if attributes.get(OPENLIT_SDK[0]) == OPENLIT_SDK[1]:
             found.add(Instrumentation.OPENLIT)
         if span.events:
             names = {event.name for event in span.events}
-            for library, events in _EVENTS:
+            for library, events in EVENT_NAMES:
                 if names & events:
                     found.add(library)
         if span.name == VLLM_REQUEST_SPAN:
@@ -150,7 +159,7 @@ def recognize(spans: Sequence[Span]) -> Instrumentation | None:
 
 
 def _library_of_scope(scope: str) -> Instrumentation | None:
-    for library, prefixes in _SCOPES:
+    for library, prefixes in SCOPE_PREFIXES:
         if scope.startswith(prefixes):
             return library
     return None

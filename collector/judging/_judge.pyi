@@ -5,6 +5,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from ..budget.model import Budget, Selector
+from ..budget.recognize import Instrumentation
 from ..spans import Span
 from .evaluate import Judged
 from .llm_calls import Scan
@@ -36,3 +37,6 @@ def scan(spans: Sequence[Span], keys: frozenset[str], events: frozenset[str]) ->
 
 def calls_below(call: Span, ids: set[str], children: Mapping[str, list[Span]]) -> list[Span]:
     """`llm_calls.calls_below`, compiled."""
+
+def recognize(spans: Sequence[Span]) -> Instrumentation | None:
+    """`budget.recognize.recognize`, compiled."""

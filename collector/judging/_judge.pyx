@@ -31,6 +31,14 @@ from libc.stdint cimport int64_t
 import dataclasses
 
 from ..budget.model import WhenAbsent, attr_text
+from ..budget.recognize import (
+    ATTRIBUTE_KEYS,
+    EVENT_NAMES,
+    LIBRARIES,
+    OPENLIT_SDK,
+    SCOPE_PREFIXES,
+    Instrumentation,
+)
 from ..spans import SpanKind, same_host, seconds_value
 from .llm_calls import (
     ASGI_EVENT,
@@ -1240,3 +1248,68 @@ def calls_below(call, set ids, dict children):
             for i in range(len(<list>kids) - 1, -1, -1):
                 pending.append((<list>kids)[i])
     return found
+
+
+cdef tuple _LIBRARIES = LIBRARIES  # in the order recognition prefers them
+cdef dict _LIBRARY_BIT = {library: 1 << i for i, library in enumerate(_LIBRARIES)}
+cdef tuple _SCOPE_BITS = tuple(
+    (prefixes, _LIBRARY_BIT[library]) for library, prefixes in SCOPE_PREFIXES
+)
+cdef tuple _KEY_BITS = tuple((key, _LIBRARY_BIT[library]) for key, library in ATTRIBUTE_KEYS)
+cdef tuple _EVENT_BITS = tuple(
+    (names, _LIBRARY_BIT[library]) for library, names in EVENT_NAMES
+)
+cdef long _OPENLIT_BIT = _LIBRARY_BIT[Instrumentation.OPENLIT]
+cdef object _SDK_KEY = OPENLIT_SDK[0]
+cdef object _SDK_OPENLIT = OPENLIT_SDK[1]
+
+
+def recognize(spans):
+    """`budget.recognize.recognize`, compiled: the library that traced these spans (one
+    trace's) as a bit a library while the spans are read, or None."""
+    cdef long found = 0, bit
+    cdef bint vllm_alone = True, requests = False, prefill = False
+    cdef dict scopes = {}
+    cdef PyObject* known
+    cdef Py_ssize_t i
+    for span in spans:
+        scope = span.scope
+        if scope:
+            known = PyDict_GetItem(scopes, scope)
+            if known is NULL:
+                bit = 0
+                for prefixes, library_bit in _SCOPE_BITS:
+                    if scope.startswith(prefixes):
+                        bit = library_bit
+                        break
+                PyDict_SetItem(scopes, scope, bit)
+            else:
+                bit = <object>known
+            found |= bit
+        attributes = span.attributes
+        for key, library_bit in _KEY_BITS:
+            if _has(attributes, key):
+                found |= <long>library_bit
+        value = _get(attributes, _SDK_KEY)
+        if value is not None and value == _SDK_OPENLIT:
+            found |= _OPENLIT_BIT
+        events = span.events
+        if events:
+            for names, library_bit in _EVENT_BITS:
+                for event in events:
+                    if event.name in names:
+                        found |= <long>library_bit
+                        break
+        name = span.name
+        if name == VLLM_REQUEST_SPAN:
+            requests = True
+            prefill = prefill or _has(attributes, GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL)
+        elif name not in VLLM_PHASE_SPANS:
+            vllm_alone = False
+    if found:
+        for i in range(len(_LIBRARIES)):
+            if found & (1 << i):
+                return _LIBRARIES[i]
+    if vllm_alone and requests:
+        return Instrumentation.VLLM if prefill else Instrumentation.VLLM_V0
+    return None

@@ -19,7 +19,7 @@ from datetime import datetime
 
 from ..budget.loader import load_preset
 from ..budget.model import Budget
-from ..budget.recognize import recognize
+from ..budget.recognize import Instrumentation, recognize
 from ..spans import Span
 from .evaluate import Evaluator, Judged
 from .verdict import Verdict
@@ -46,6 +46,11 @@ class Judges:
         self._preset = preset
         self._own = Evaluator(budget, compiled=compiled)
         self._by_preset: dict[str, Evaluator] = {}
+        self._recognize: Callable[[Sequence[Span]], Instrumentation | None] = recognize
+        if self._own.compiled:  # recognition compiled with the evaluator's fast path
+            from ._judge import recognize as compiled_recognize
+
+            self._recognize = compiled_recognize
 
     @property
     def compiled(self) -> bool:
@@ -56,7 +61,7 @@ class Judges:
         that chose it (None: the budget in effect, as its own)."""
         if self.pinned:
             return self._own, self.budget.preset
-        found = recognize(spans)
+        found = self._recognize(spans)
         if found is None:
             return self._own, None
         evaluator = self._by_preset.get(found.preset)
