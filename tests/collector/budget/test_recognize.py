@@ -17,7 +17,6 @@ from spanbudget.collector.spans import Span, SpanEvent, SpanKind
 
 from tests.support.traces import TraceBuilder, rag_trace
 
-
 Recognizer = Callable[[Sequence[Span]], Instrumentation | None]
 RECOGNIZERS: list[Recognizer] = [recognize]
 if COMPILED:
