@@ -26,6 +26,7 @@ cimport cython
 from cpython.array cimport array, resize_smart
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.dict cimport PyDict_SetItem
 from cpython.object cimport PyObject_GenericSetAttr, PyObject_Hash
 from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -1428,7 +1429,14 @@ cdef class Attributes:
         return list(zip(self._shape.keys, self._values))
 
     def copy(self):
-        return dict(zip(self._shape.keys, self._values))
+        """A dict of the same items (what JSON writers and callers that change it take)."""
+        cdef dict out = {}
+        cdef tuple keys = self._shape.keys
+        cdef tuple values = self._values
+        cdef Py_ssize_t i
+        for i in range(len(values)):
+            PyDict_SetItem(out, keys[i], values[i])
+        return out
 
     def __eq__(self, other):
         if isinstance(other, Attributes):

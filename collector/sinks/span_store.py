@@ -16,7 +16,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +70,7 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
             s.end_ns,
             s.kind,  # orjson writes an enum's value
             s.service,
-            # The dict itself, or the pairs of the wire reader's compact mapping as one
-            # (`dict(mapping)` would look each key up again).
-            s.attributes if type(s.attributes) is dict else dict(s.attributes.items()),
+            s.attributes if type(s.attributes) is dict else _as_dict(s.attributes),
             s.error,
             s.host,
             [list(event) for event in s.events] if s.events else (),
@@ -82,6 +80,14 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
     ]
     compressed: bytes = lz4.block.compress(json_text.dumps([_FORMAT, spans[0].trace_id, rows]))
     return _LZ4 + compressed
+
+
+def _as_dict(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """A span's attributes as a dict: the wire reader's compact mapping copies itself into
+    one (its `copy`, in C) in a third of the time `dict(mapping)` takes to read it."""
+    copy = getattr(attributes, "copy", None)
+    copied = None if copy is None else copy()
+    return copied if type(copied) is dict else dict(attributes)
 
 
 def decode_spans(body: bytes) -> list[Span]:

@@ -63,6 +63,8 @@ def test_they_behave_as_the_dict_of_the_same_span() -> None:
     with pytest.raises(KeyError):
         mine["absent"]
     assert dict(mine) == {**mine} == mine.copy() == dict_
+    assert type(mine.copy()) is dict
+    assert list(mine.copy().items()) == list(dict_.items())  # in order
     assert mine.keys() == dict_.keys()
     assert mine.keys() & {"a", "z"} == {"a"}
     assert mine.values() == list(dict_.values())
