@@ -1,6 +1,6 @@
 """Types of the compiled fast path (`_judge.pyx`); see its docstring."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar
 
@@ -40,3 +40,6 @@ def calls_below(call: Span, ids: set[str], children: Mapping[str, list[Span]]) -
 
 def recognize(spans: Sequence[Span]) -> Instrumentation | None:
     """`budget.recognize.recognize`, compiled."""
+
+def call_attributes(call: Span, below: Iterable[Span]) -> dict[str, str | int]:
+    """`llm_calls.call_attributes`, compiled."""

@@ -29,6 +29,7 @@ from libc.math cimport isfinite, rint
 from libc.stdint cimport int64_t
 
 import dataclasses
+import itertools
 
 from ..budget.model import WhenAbsent, attr_text
 from ..budget.recognize import (
@@ -42,6 +43,7 @@ from ..budget.recognize import (
 from ..spans import SpanKind, same_host, seconds_value
 from .llm_calls import (
     ASGI_EVENT,
+    COUNTS,
     LLM_OPERATIONS,
     LLM_REQUEST_TYPE,
     MODEL_KEYS,
@@ -59,9 +61,10 @@ from .verdict_rules import (
 )
 from spanbudget.common.semconv import (
     GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL,
-    GEN_AI_OPERATION_NAME,
     GEN_AI_LATENCY_TIME_IN_QUEUE,
     GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_REQUEST_MODEL,
     VLLM_PHASE_SPANS,
     VLLM_REQUEST_SPAN,
 )
@@ -1313,3 +1316,28 @@ def recognize(spans):
     if vllm_alone and requests:
         return Instrumentation.VLLM if prefill else Instrumentation.VLLM_V0
     return None
+
+
+def call_attributes(call, below):
+    """`llm_calls.call_attributes`, compiled: the model and token counts of `call`, or of
+    the LLM calls `below` it (depth first) for what it does not name itself."""
+    cdef dict out = {}
+    cdef Py_ssize_t wanted = 1 + len(COUNTS)
+    for span in itertools.chain((call,), below):
+        if len(out) == wanted:
+            break
+        attributes = span.attributes
+        if GEN_AI_REQUEST_MODEL not in out:
+            for key in MODEL_KEYS:
+                value = _get(attributes, key)
+                if isinstance(value, str) and value:
+                    out[GEN_AI_REQUEST_MODEL] = value
+                    break
+        for key, names in COUNTS:
+            if key not in out:
+                for name in names:
+                    value = _get(attributes, name)
+                    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                        out[key] = value
+                        break
+    return out

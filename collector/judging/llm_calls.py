@@ -50,6 +50,7 @@ __all__ = [
     "LlmRequest",
     "Reading",
     "Scan",
+    "call_attributes",
     "calls_below",
     "is_llm_call",
     "read_request",
@@ -68,7 +69,7 @@ _OUTPUT_TOKENS = (
     GEN_AI_USAGE_COMPLETION_TOKENS,
 )
 # The token counts a verdict carries, each by the names instrumentations give it.
-_COUNTS = (
+COUNTS = (
     (GEN_AI_USAGE_INPUT_TOKENS, _INPUT_TOKENS),
     (GEN_AI_USAGE_OUTPUT_TOKENS, _OUTPUT_TOKENS),
 )
@@ -137,22 +138,25 @@ Scan = tuple[dict[str, Span], dict[str, list[Span]], list[Span], bool, int]
 
 
 class Reading(NamedTuple):
-    """The two walks `read_request` runs on every trace the collector judges, in Python
-    (this module's `scan` and `calls_below`) or compiled (`_judge`'s, the same: tests hold
-    the two equal); `scan` with the budget's first-token marks bound (`reading`)."""
+    """What `read_request` runs on every trace the collector judges, in Python (this
+    module's `scan`, `calls_below` and `call_attributes`) or compiled (`_judge`'s, the
+    same: tests hold the two equal); `scan` with the budget's first-token marks bound
+    (`reading`)."""
 
     scan: Callable[[Sequence[Span]], Scan]
     calls_below: Callable[[Span, set[str], Mapping[str, list[Span]]], Iterable[Span]]
+    call_attributes: Callable[[Span, Iterable[Span]], dict[str, str | int]]
 
 
 def reading(marks: Sequence[FirstTokenMark], compiled: ModuleType | None = None) -> Reading:
     """The walks for a budget's `marks`: this module's, or those of `compiled` (`_judge`)."""
     keys = frozenset(mark.attribute for mark in marks if mark.attribute is not None)
     events = frozenset(name for mark in marks for name in mark.events)
-    run = scan if compiled is None else compiled.scan
+    if compiled is None:
+        return Reading(lambda spans: scan(spans, keys, events), calls_below, call_attributes)
+    run = compiled.scan
     return Reading(
-        lambda spans: run(spans, keys, events),
-        calls_below if compiled is None else compiled.calls_below,
+        lambda spans: run(spans, keys, events), compiled.calls_below, compiled.call_attributes
     )
 
 
@@ -218,7 +222,7 @@ def read_request(
         len(calls),
         stream,
         (last.span_id, last.end_ns),
-        _attributes_of(chosen, walks.calls_below(chosen, call_ids, children)),
+        walks.call_attributes(chosen, walks.calls_below(chosen, call_ids, children)),
         missing,
     )
 
@@ -417,20 +421,20 @@ def calls_below(call: Span, ids: set[str], children: Mapping[str, list[Span]]) -
     return (span for span in _below(call, children) if span.span_id in ids)
 
 
-def _attributes_of(call: Span, below: Iterable[Span]) -> dict[str, str | int]:
+def call_attributes(call: Span, below: Iterable[Span]) -> dict[str, str | int]:
     """The model and token counts of `call`, or of the LLM calls `below` it (depth first)
     for what it does not name itself (a caller's span names the model, the engine's the
     tokens)."""
     out: dict[str, str | int] = {}
     for span in itertools.chain((call,), below):
-        if len(out) == 1 + len(_COUNTS):  # all found: what is below cannot change them
+        if len(out) == 1 + len(COUNTS):  # all found: what is below cannot change them
             break
         attributes = span.attributes
         if GEN_AI_REQUEST_MODEL not in out:
             model = _first_text(attributes, MODEL_KEYS)
             if model is not None:
                 out[GEN_AI_REQUEST_MODEL] = model
-        for key, names in _COUNTS:
+        for key, names in COUNTS:
             if key not in out:
                 count = _first_count(attributes, names)
                 if count is not None:

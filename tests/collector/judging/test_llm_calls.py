@@ -17,7 +17,12 @@ from hypothesis import strategies as st
 from spanbudget.collector.budget.loader import load_budget, load_preset
 from spanbudget.collector.budget.model import Budget, NonStreamed
 from spanbudget.collector.judging.evaluate import COMPILED, Evaluator
-from spanbudget.collector.judging.llm_calls import calls_below, reading, streamed
+from spanbudget.collector.judging.llm_calls import (
+    call_attributes,
+    calls_below,
+    reading,
+    streamed,
+)
 from spanbudget.collector.judging.verdict import Status, Verdict
 from spanbudget.collector.readers.span_records import AttributeKeys, SpanReader
 from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind
@@ -323,6 +328,11 @@ CALL_ATTRIBUTES: dict[str, list[AttrValue]] = {
     "asgi.event.type": ["http.response.body", "http.response.start"],
     "gen_ai.response.time_to_first_chunk": [0.1, "x"],
     "gen_ai.latency.time_to_first_token": [0.05],
+    "gen_ai.response.model": ["qwen-2", ""],
+    "gen_ai.usage.input_tokens": [12, -1, True, "12"],
+    "gen_ai.usage.prompt_tokens": [0, 2**40],
+    "llm.token_count.completion": [5, 1.5],
+    "gen_ai.usage.output_tokens": [7],
 }
 
 
@@ -334,7 +344,7 @@ def call_traces(draw: st.DrawFn) -> list[Span]:
     ids = [f"{i + 1:016x}" for i in range(count + 2)]
     spans = []
     for i in range(count):
-        keys = draw(st.lists(st.sampled_from(sorted(CALL_ATTRIBUTES)), unique=True, max_size=4))
+        keys = draw(st.lists(st.sampled_from(sorted(CALL_ATTRIBUTES)), unique=True, max_size=6))
         attributes = {key: draw(st.sampled_from(CALL_ATTRIBUTES[key])) for key in keys}
         events = draw(st.sampled_from([(), (SpanEvent(CHUNK, 5),), (SpanEvent("other", 5),)]))
         spans.append(
@@ -356,7 +366,7 @@ def call_traces(draw: st.DrawFn) -> list[Span]:
 @pytest.mark.skipif(not COMPILED, reason="the compiled path is not built")
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(call_traces(), st.sampled_from([OPENLLMETRY, OPENLIT, GENAI]))
-def test_the_compiled_walks_over_the_calls_are_the_pythons(
+def test_the_compiled_readings_of_the_calls_are_the_pythons(
     spans: list[Span], budget: Budget
 ) -> None:
     from spanbudget.collector.judging import _judge
@@ -377,3 +387,8 @@ def test_the_compiled_walks_over_the_calls_are_the_pythons(
         for span in trace:
             below = compiled.calls_below(span, ids, expected[1])
             assert list(map(id, below)) == list(map(id, calls_below(span, ids, expected[1])))
+            got_attributes = compiled.call_attributes(span, below)
+            assert got_attributes == call_attributes(span, below)
+            assert list(map(type, got_attributes.values())) == list(
+                map(type, call_attributes(span, below).values())
+            )
