@@ -44,10 +44,13 @@ from ..spans import SpanKind, same_host, seconds_value
 from .llm_calls import (
     ASGI_EVENT,
     COUNTS,
+    INVOCATION_PARAMETERS,
     LLM_OPERATIONS,
     LLM_REQUEST_TYPE,
     MODEL_KEYS,
     OPENINFERENCE_KIND,
+    STREAM_FLAGS,
+    streamed,
 )
 from .stage_table import PHASES
 from .verdict import SEVERITY, StageResult, Status, Verdict
@@ -1219,11 +1222,46 @@ def scan(spans, frozenset keys, frozenset events):
             calls.append(span)
         if not sends:
             sends = _has(attributes, ASGI_EVENT)
+    cdef set call_ids = set()
+    for call in calls:
+        call_ids.add(call.span_id)
+    cdef list outermost = []
+    for call in calls:
+        if not _has_ancestor_in(call, call_ids, by_id):
+            outermost.append(call)
+    cdef bint told = sends
+    if not told:
+        for call in calls:
+            attributes = call.attributes
+            if (
+                _has(attributes, STREAM_FLAGS[0])
+                or _has(attributes, STREAM_FLAGS[1])
+                or _has(attributes, INVOCATION_PARAMETERS)
+            ) and streamed(call) is not None:  # it says nothing without any of them
+                told = True
+                break
     for span in spans:
         parent = span.parent_span_id
         if parent is None or PyDict_GetItem(by_id, parent) is NULL:
             orphans += 1
-    return by_id, children, calls, sends, orphans
+    return by_id, children, calls, call_ids, outermost or calls, told, orphans
+
+
+cdef bint _has_ancestor_in(object span, set ids, dict by_id) except -1:
+    """`llm_calls._has_ancestor_in`: whether a span above `span` is in `ids` (a parent
+    cycle is walked once round)."""
+    cdef Py_ssize_t seen = 0, count = len(by_id)
+    cdef PyObject* above
+    parent = span.parent_span_id
+    while parent is not None and seen < count:
+        above = PyDict_GetItem(by_id, parent)
+        if above is NULL:
+            return False
+        if parent in ids:
+            return True
+        parent = (<object>above).parent_span_id
+        seen += 1
+    return False
 
 
 def calls_below(call, set ids, dict children):

@@ -108,6 +108,8 @@ class Evaluator:
         )
         self._stage_names = budget.stage_names()
         self._marks = _mark_table(budget.first_token)
+        # What a verdict's `first_token` says of each mark, described once.
+        self._mark_sources = [(m.source, m.describe(), not m.estimate) for m in budget.first_token]
         if compiled and _judge is None:
             raise ImportError(
                 "spanbudget's compiled evaluator is not built here: reinstall spanbudget "
@@ -196,13 +198,8 @@ class Evaluator:
         span = next((s.name for s in spans if s.span_id == judged.first_token_span), "")
         if judged.first_token_mark < 0:
             return {"source": "response end", "mark": "the call's end", "span": span, "exact": True}
-        mark = self.budget.first_token[judged.first_token_mark]
-        return {
-            "source": mark.source,
-            "mark": mark.describe(),
-            "span": span,
-            "exact": not mark.estimate,
-        }
+        source, described, exact = self._mark_sources[judged.first_token_mark]
+        return {"source": source, "mark": described, "span": span, "exact": exact}
 
     def stage_of(self, node: Node, *, is_root: bool) -> str | None:
         """The first stage (file order) with a selector that matches, else None."""

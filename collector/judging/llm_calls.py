@@ -73,8 +73,8 @@ COUNTS = (
     (GEN_AI_USAGE_INPUT_TOKENS, _INPUT_TOKENS),
     (GEN_AI_USAGE_OUTPUT_TOKENS, _OUTPUT_TOKENS),
 )
-_STREAM_FLAGS = (GEN_AI_REQUEST_STREAM, "gen_ai.is_streaming")
-_INVOCATION_PARAMETERS = "llm.invocation_parameters"
+STREAM_FLAGS = (GEN_AI_REQUEST_STREAM, "gen_ai.is_streaming")
+INVOCATION_PARAMETERS = "llm.invocation_parameters"
 OPENINFERENCE_KIND = "openinference.span.kind"
 LLM_REQUEST_TYPE = "llm.request.type"  # OpenLLMetry's older name of the operation
 # opentelemetry-instrumentation-asgi's spans of each message a server sends.
@@ -99,11 +99,11 @@ def is_llm_call(span: Span) -> bool:
 def streamed(span: Span) -> bool | None:
     """What the call's own attributes say of streaming: True, False, or None (silent)."""
     attributes = span.attributes
-    for key in _STREAM_FLAGS:
+    for key in STREAM_FLAGS:
         flag = _flag(attributes.get(key))
         if flag is not None:
             return flag
-    parameters = attributes.get(_INVOCATION_PARAMETERS)
+    parameters = attributes.get(INVOCATION_PARAMETERS)
     if isinstance(parameters, str):
         try:
             decoded = json.loads(parameters)
@@ -132,9 +132,11 @@ class LlmRequest:
 
 # What `scan` finds in one pass over a trace's spans: each span by id (the last of an id),
 # the spans under each parent id in their order, the LLM calls (and the spans that carry a
-# first-token mark), whether any span shows a server's sends, and how many spans have no
-# parent in the trace (its root among them).
-Scan = tuple[dict[str, Span], dict[str, list[Span]], list[Span], bool, int]
+# first-token mark), their span ids, the outermost of them (no call above them; all of
+# them in a cycle of calls), whether anything tells of streaming (a server's sends shown,
+# or a call that says), and how many spans have no parent in the trace (its root among
+# them).
+Scan = tuple[dict[str, Span], dict[str, list[Span]], list[Span], set[str], list[Span], bool, int]
 
 
 class Reading(NamedTuple):
@@ -175,8 +177,11 @@ def scan(spans: Sequence[Span], keys: frozenset[str], events: frozenset[str]) ->
         if is_llm_call(span) or _marked(span, keys, events):
             calls.append(span)
         sends = sends or ASGI_EVENT in span.attributes
+    call_ids = {call.span_id for call in calls}
+    outermost = [c for c in calls if not _has_ancestor_in(c, call_ids, by_id)] or calls
+    told = sends or any(streamed(call) is not None for call in calls)
     orphans = sum(1 for span in spans if span.parent_span_id not in by_id)
-    return by_id, children, calls, sends, orphans
+    return by_id, children, calls, call_ids, outermost, told, orphans
 
 
 def read_request(
@@ -192,17 +197,15 @@ def read_request(
     instrumentation, which the budget was written for). `walks` is `reading(marks)`, made
     once by an evaluator (compiled where it judges on the compiled path)."""
     walks = walks or reading(marks)
-    by_id, children, calls, sends, orphans = walks.scan(spans)
+    by_id, children, calls, call_ids, outermost, told, orphans = walks.scan(spans)
     missing = max(0, orphans - 1)  # the root's own parent is not in the trace either
     if not calls:
         return LlmRequest(0, None, None, {}, missing)
-    call_ids = {call.span_id for call in calls}
     # What the caller saw decides: the outermost calls (an engine's span under an app's
     # call says nothing of whether the app streamed), each by its own word, else by the
-    # first call below it that says. Where no call says and no server shows its sends
-    # (the reference path), none can: the walks are left out.
-    outermost = [c for c in calls if not _has_ancestor_in(c, call_ids, by_id)] or calls
-    if sends or any(streamed(call) is not None for call in calls):
+    # first call below it that says. Where nothing tells (no call says, no server shows
+    # its sends: the reference path), none can: the walks are left out.
+    if told:
         flags = [_streaming_of(call, call_ids, children) for call in outermost]
     else:
         flags = [None] * len(outermost)

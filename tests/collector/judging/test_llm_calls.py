@@ -328,6 +328,9 @@ CALL_ATTRIBUTES: dict[str, list[AttrValue]] = {
     "asgi.event.type": ["http.response.body", "http.response.start"],
     "gen_ai.response.time_to_first_chunk": [0.1, "x"],
     "gen_ai.latency.time_to_first_token": [0.05],
+    "gen_ai.request.stream": [True, "false", "maybe", 1],
+    "gen_ai.is_streaming": [False],
+    "llm.invocation_parameters": ['{"stream": true}', "{}", "[1]", "not json"],
     "gen_ai.response.model": ["qwen-2", ""],
     "gen_ai.usage.input_tokens": [12, -1, True, "12"],
     "gen_ai.usage.prompt_tokens": [0, 2**40],
@@ -377,7 +380,9 @@ def test_the_compiled_readings_of_the_calls_are_the_pythons(
     read = SpanReader(AttributeKeys(every=True), compiled=True).read(body, "test").to_spans()
     for trace in (spans, read):
         expected, got = python.scan(trace), compiled.scan(trace)
-        assert got[3:] == expected[3:]  # sends, spans without a parent in the trace
+        assert got[3] == expected[3]  # the calls' ids
+        assert list(map(id, got[4])) == list(map(id, expected[4]))  # the outermost calls
+        assert got[5:] == expected[5:]  # whether anything tells of streaming; orphans
         assert {k: id(v) for k, v in got[0].items()} == {k: id(v) for k, v in expected[0].items()}
         assert {k: list(map(id, v)) for k, v in got[1].items()} == {
             k: list(map(id, v)) for k, v in expected[1].items()
