@@ -68,7 +68,7 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
             s.name,
             s.start_ns,
             s.end_ns,
-            s.kind,  # orjson writes an enum's value
+            s.kind._value_,  # its value (what orjson would write, through a property)
             s.service,
             s.attributes if type(s.attributes) is dict else _as_dict(s.attributes),
             s.error,
