@@ -23,7 +23,7 @@ from ..core.decisions import Decisions, Retention
 from ..judging.verdict import Status, Verdict, to_json
 from ..stats import StageSummary
 
-__all__ = ["PAGE_SIZE", "StoreSink", "VerdictStore", "connect"]
+__all__ = ["PAGE_SIZE", "StoreSink", "VerdictStore", "connect", "insert_rows"]
 
 
 _SCHEMA = """
@@ -69,6 +69,31 @@ def connect(path: Path) -> sqlite3.Connection:
     connection.execute("PRAGMA synchronous=NORMAL")
     connection.execute("PRAGMA busy_timeout=5000")
     return connection
+
+
+_INSERT_VERDICT = (
+    "INSERT INTO verdicts (seq, trace_id, budget, status, ttft_ms, total_status, run_id,"
+    " evaluated_at, blame, spans, body) VALUES"
+)
+# SQLite's least bound on a statement's parameters (SQLITE_MAX_VARIABLE_NUMBER before 3.32).
+_MAX_PARAMETERS = 999
+
+
+def insert_rows(
+    connection: sqlite3.Connection, insert: str, rows: Sequence[tuple[Any, ...]]
+) -> None:
+    """`insert` ("INSERT INTO t (...) VALUES") of `rows`, all of one width, many rows a
+    statement: SQLite runs one statement of 200 rows in half the time of 200 of one row
+    each (`executemany`), which is what the stage rows cost the verdict store's writes."""
+    if not rows:
+        return
+    width = len(rows[0])
+    per = max(1, _MAX_PARAMETERS // width)
+    row = "(" + ",".join("?" * width) + ")"
+    for start in range(0, len(rows), per):
+        chunk = rows[start : start + per]
+        values = [value for one in chunk for value in one]
+        connection.execute(f"{insert} {','.join([row] * len(chunk))}", values)
 
 
 class VerdictStore:
@@ -151,12 +176,8 @@ class VerdictStore:
             stage_rows.extend((seq, s.name, s.ms, s.status._value_) for s in verdict.stages)
         writer.execute("BEGIN")
         try:
-            writer.executemany(
-                "INSERT INTO verdicts (seq, trace_id, budget, status, ttft_ms, total_status,"
-                " run_id, evaluated_at, blame, spans, body) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                verdict_rows,
-            )
-            writer.executemany("INSERT INTO stage_results VALUES (?,?,?,?)", stage_rows)
+            insert_rows(writer, _INSERT_VERDICT, verdict_rows)
+            insert_rows(writer, "INSERT INTO stage_results VALUES", stage_rows)
             writer.execute("COMMIT")
         except BaseException:
             writer.execute("ROLLBACK")

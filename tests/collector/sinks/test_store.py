@@ -14,7 +14,7 @@ import pytest
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.judging.evaluate import Evaluator
 from spanbudget.collector.judging.verdict import Status, Verdict
-from spanbudget.collector.sinks.store import PAGE_SIZE, VerdictStore
+from spanbudget.collector.sinks.store import PAGE_SIZE, VerdictStore, insert_rows
 from spanbudget.collector.stats import PERCENTILES, percentile
 
 from tests.support.collector import BUDGET, running_collector
@@ -203,3 +203,13 @@ def test_recent_trace_ids_are_the_newest_oldest_first(tmp_path: Path) -> None:
     store.write([(v, 11) for v in verdicts])
     assert store.recent_trace_ids(3) == [v.trace_id for v in verdicts[2:]]
     store.close()
+
+
+@pytest.mark.parametrize("count", [0, 1, 249, 250, 1001])
+def test_rows_inserted_many_a_statement_are_the_rows_given(count: int) -> None:
+    """Past one statement's 999 parameters too: the rows, in their order, none twice."""
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE t (seq INTEGER, name TEXT, ms REAL, status TEXT)")
+    rows = [(i, f"stage {i % 7}", None if i % 5 == 0 else i / 3, "ok") for i in range(count)]
+    insert_rows(db, "INSERT INTO t VALUES", rows)
+    assert db.execute("SELECT * FROM t ORDER BY rowid").fetchall() == rows
