@@ -27,7 +27,7 @@ from ..core.decisions import Decisions, Retention
 from ..core.metrics import CollectorMetrics
 from ..spans import Span, SpanEvent, SpanKind
 from .settings import StoreSettings
-from .store import connect
+from .store import connect, insert_rows
 
 __all__ = ["SpanSink", "SpanStore", "decode_spans", "encode_spans"]
 
@@ -260,9 +260,9 @@ class SpanStore:
         try:
             before = writer.total_changes
             verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
-            writer.executemany(
-                f"{verb} INTO trace_spans (seq, trace_id, stored_at, bytes, body)"
-                " VALUES (?,?,?,?,?)",
+            insert_rows(
+                writer,
+                f"{verb} INTO trace_spans (seq, trace_id, stored_at, bytes, body) VALUES",
                 rows,
             )
             if not replace and writer.total_changes - before == len(rows):
