@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from .errors import SpanbudgetError
@@ -30,6 +31,7 @@ __all__ = [
     "BodyTooLarge",
     "parse_listen",
     "read_body",
+    "receive_body",
     "serve",
 ]
 
@@ -151,22 +153,36 @@ async def read_body(
     """The raw body, refused (`BodyTooLarge`) as soon as it passes `limit` bytes: from its
     declared length before reading anything, else while it streams in; `BodyTimeout` when
     it is not all in after `timeout` seconds, `BodyAborted` when the client left."""
-    from starlette.requests import ClientDisconnect
-
     declared = request.headers.get("content-length")
+    return await receive_body(request.receive, declared, limit, timeout=timeout)
+
+
+async def receive_body(
+    receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+    declared: str | None,
+    limit: int,
+    *,
+    timeout: float = BODY_TIMEOUT_SECONDS,
+) -> bytes:
+    """`read_body` from an ASGI `receive` and the declared Content-Length (or None)."""
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(limit)
     chunks: list[bytes] = []
     size = 0
     try:
         async with asyncio.timeout(timeout):
-            async for chunk in request.stream():
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise BodyAborted(f"client left after {size} bytes of the body")
+                chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > limit:
                     raise BodyTooLarge(limit)
-                chunks.append(chunk)
+                if chunk:
+                    chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
     except TimeoutError:
         raise BodyTimeout(timeout) from None
-    except ClientDisconnect:
-        raise BodyAborted(f"client left after {size} bytes of the body") from None
     return b"".join(chunks)

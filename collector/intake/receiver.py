@@ -2,7 +2,7 @@
 
 `Intake.receive` decodes a body within the limits (`otlp.decode_export`), refuses the
 spans past a trace's bound, writes the body to the journal before the core can decide its
-traces, and offers the spans to the core; the transport (`http.otlp_router`,
+traces, and offers the spans to the core; the transport (`http.OtlpHttp`,
 `grpc_server.GrpcIntake`) answers with what it returns or raises. `Intake.replay_journal`
 offers again, at start, what the last process acknowledged and did not decide, and holds
 every trace for the replay wait: the rest of those traces is on its way from the senders'

@@ -28,7 +28,7 @@ from ..alerts.engine import AlertEngine, RuleState
 from ..budget.model import Budget
 from ..core.metrics import render
 from ..intake.grpc_server import GrpcIntake
-from ..intake.http import otlp_router
+from ..intake.http import OtlpHttp
 from ..intake.receiver import Intake
 from ..judging.verdict import Status
 from ..links import MAX_LIST
@@ -83,7 +83,7 @@ def create_app(
     app.add_middleware(SecurityHeaders)
     if read_token is not None:
         app.add_middleware(ReadAuth, token=read_token)
-    app.include_router(otlp_router(intake))  # POST /v1/traces
+    app.add_middleware(OtlpHttp, intake=intake)  # POST /v1/traces, in front of the rest
 
     @app.get("/api/verdicts/{trace_id}")
     def get_verdict(trace_id: str) -> dict[str, Any]:

@@ -186,6 +186,27 @@ def test_after_all_the_bad_input_good_traces_are_still_judged(collector: Collect
     assert collector.metric("spanbudget_requests_rejected_total", reason="malformed") >= 10
 
 
+def test_other_methods_on_the_intake_are_405_and_its_answers_nosniff(
+    collector: Collector,
+) -> None:
+    """The intake answers ahead of the app's router (`intake.http.OtlpHttp`) as the router
+    would: 405 naming POST, `nosniff` as on every answer; the paths beside it are the app's."""
+    for method in ("GET", "PUT", "DELETE"):
+        answer = collector.client.request(method, "/v1/traces")
+        assert answer.status_code == 405, method
+        assert answer.headers["allow"] == "POST"
+        assert answer.json() == {"detail": "Method Not Allowed"}
+        assert answer.headers["x-content-type-options"] == "nosniff"
+    accepted = collector.post(_good(), PROTOBUF)
+    assert accepted.status_code == 200
+    assert accepted.headers["content-type"] == PROTOBUF
+    assert accepted.headers["x-content-type-options"] == "nosniff"
+    assert (
+        ExportTraceServiceResponse.FromString(accepted.content).partial_success.rejected_spans == 0
+    )
+    assert collector.client.post("/v1/traces/", content=_good()).status_code == 404
+
+
 def test_wrong_or_missing_bearer_token_is_401(tmp_path: Path) -> None:
     with running_collector(tmp_path, receiver_token="s3cret") as collector:
         assert collector.post(_good(), PROTOBUF).status_code == 401
