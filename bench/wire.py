@@ -78,18 +78,16 @@ def evaluator_keys(budget: Budget) -> AttributeKeys:
         GEN_AI_LATENCY_TIME_IN_QUEUE,
         GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL,
         GEN_AI_OPERATION_NAME,
-        "llm.request.type",
-        llm_calls._INVOCATION_PARAMETERS,
-        llm_calls._OPENINFERENCE_KIND,
-        llm_calls._ASGI_EVENT,
-        *llm_calls._MODEL,
-        *llm_calls._INPUT_TOKENS,
-        *llm_calls._OUTPUT_TOKENS,
-        *llm_calls._STREAM_FLAGS,
-        recognize._OPENLIT_SDK[0],
+        llm_calls.LLM_REQUEST_TYPE,
+        llm_calls.INVOCATION_PARAMETERS,
+        llm_calls.OPENINFERENCE_KIND,
+        llm_calls.ASGI_EVENT,
+        *llm_calls.MODEL_KEYS,
+        *(name for _, names in llm_calls.COUNTS for name in names),
+        *llm_calls.STREAM_FLAGS,
+        recognize.OPENLIT_SDK[0],
+        *(key for key, _ in recognize.ATTRIBUTE_KEYS),
     }
-    for _, keys in recognize._ATTRIBUTES:
-        names.update(keys)
     selectors: list[Selector] = [sel for stage in budget.stages for sel in stage.selectors]
     for mark in budget.first_token:
         if mark.attribute is not None:
