@@ -48,9 +48,9 @@ class Judges:
         self._by_preset: dict[str, Evaluator] = {}
         self._recognize: Callable[[Sequence[Span]], Instrumentation | None] = recognize
         if self._own.compiled:  # recognition compiled with the evaluator's fast path
-            from ._judge import recognize as compiled_recognize
+            from . import _judge
 
-            self._recognize = compiled_recognize
+            self._recognize = _judge.recognize
 
     @property
     def compiled(self) -> bool:
