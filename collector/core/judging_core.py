@@ -74,6 +74,9 @@ class JudgingCore:
         self._done = threading.Condition(self._lock)  # wakes whoever waits for a step
         self._queue: list[_Offer] = []
         self._queued_spans = 0
+        # Spans the worker took from the queue and has not yet put in the assembly: in
+        # neither count, they must still count against the buffer's room (`_taken`).
+        self._in_hand = 0
         self._closing = False
         self._busy = False
         self._flush_wanted = 0  # flush requests made ...
@@ -154,9 +157,12 @@ class JudgingCore:
         """The queue's spans, or more where the assembly buffer has less room left than
         the queue: what it cannot hold, taken, would evict traces before their decision,
         dropped unjudged (a sender faster than judging is refused instead, and retries).
-        The worker owns the assembly; its span count read here is a moment's."""
-        buffer_room = self._assembly.max_spans - self._assembly.span_count - self._queued_spans
-        return max(self._queued_spans, self.max_queue_spans - buffer_room)
+        The worker owns the assembly; its span count read here is a moment's, and the
+        spans the worker has in hand count as held until it has added them (while it adds
+        them they count twice: a refusal too many for that moment, never one too few)."""
+        assembly = self._assembly
+        held = assembly.span_count + self._in_hand + self._queued_spans
+        return max(self._queued_spans, self.max_queue_spans - (assembly.max_spans - held))
 
     def set_budget(self, budget: Budget) -> None:
         """Judge against `budget` from the next step on (traces already judged stay so)."""
@@ -216,6 +222,7 @@ class JudgingCore:
                     if timeout > 0:
                         self._work.wait(timeout)
                 batches, self._queue = self._queue, []
+                self._in_hand = self._queued_spans
                 self._queued_spans = 0
                 closing = self._closing
                 flush_to = self._flush_wanted
@@ -232,6 +239,7 @@ class JudgingCore:
                 log.exception("judging step failed")
             finally:
                 with self._lock:
+                    self._in_hand = 0
                     self._busy = False
                     # The last step judged everything, and nothing is taken after it.
                     self._flushed = self._flush_wanted if closing else flush_to
@@ -273,6 +281,8 @@ class JudgingCore:
                         evicted.trace_id, evicted.spans, evicted.reason, None, "buffer_full"
                     )
                 )
+        with self._lock:
+            self._in_hand = 0  # in the assembly's own count now
         due = assembly.flush(rootless=rootless) if flush else assembly.due(now)
         if flush and not rootless and len(assembly):
             log.info(

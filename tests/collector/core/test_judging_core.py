@@ -316,3 +316,43 @@ def test_spans_the_assembly_has_no_room_for_are_refused_not_evicting_traces(
     assert core.queued() == 0
     assert core.offer(_held(late))  # room again once they were decided
     core.close()
+
+
+class _SlowAssembly(Assembly):
+    """An assembly whose `add` waits for `go`: the worker holds the spans it took."""
+
+    def __init__(self, go: threading.Event, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.go = go
+        self.adding = threading.Event()
+
+    def add(self, *args: object, **kwargs: object) -> object:  # type: ignore[override]
+        self.adding.set()
+        assert self.go.wait(10)
+        return super().add(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_spans_the_worker_is_adding_count_against_the_buffers_room(budget: Budget) -> None:
+    """Between taking the queue and adding it to the assembly, the worker's spans are in
+    neither count: were they not counted, admission would let in what the buffer cannot
+    hold, and traces would be evicted before their decision (seen under overload)."""
+    go = threading.Event()
+    assembly = _SlowAssembly(
+        go, decision_wait=60.0, max_age=600.0, max_traces=100, max_spans_per_trace=100,
+        decided_memory=1000, max_spans=100,
+    )  # fmt: skip
+    core = JudgingCore(
+        budget, [Recorder()], assembly=assembly, max_queue_spans=100,
+        metrics=CollectorMetrics(CollectorRegistry()),
+    )  # fmt: skip
+    core.start()
+    first = [s for i in range(7) for s in rag_trace(trace_id=f"{i + 1:032x}").spans]  # 77
+    assert core.offer(_held(first))
+    assert assembly.adding.wait(10)  # taken from the queue, not yet in the assembly
+    assert core.queued() == 77  # the buffer's room left: 23 of its 100
+    more = [s for i in range(3) for s in rag_trace(trace_id=f"{i + 8:032x}").spans]  # 33
+    assert not core.offer(_held(more))
+    go.set()
+    assert core.flush(10)
+    assert core.offer(_held(more))
+    core.close()
