@@ -1180,11 +1180,7 @@ cdef bint _is_llm_call(object span, object attributes) except -1:
         return True
     value = _get(attributes, OPENINFERENCE_KIND)
     if value is not None and value == "LLM":
-        for key in MODEL_KEYS:
-            model = _get(attributes, key)
-            if isinstance(model, str) and model:
-                return True
-        return False
+        return _first_text(attributes, MODEL_KEYS) is not None
     value = _get(attributes, LLM_REQUEST_TYPE)
     if value is not None and (value == "chat" or value == "completion"):
         return True
@@ -1369,16 +1365,31 @@ def call_attributes(call, below):
             break
         attributes = span.attributes
         if GEN_AI_REQUEST_MODEL not in out:
-            for key in MODEL_KEYS:
-                value = _get(attributes, key)
-                if isinstance(value, str) and value:
-                    out[GEN_AI_REQUEST_MODEL] = value
-                    break
+            value = _first_text(attributes, MODEL_KEYS)
+            if value is not None:
+                out[GEN_AI_REQUEST_MODEL] = value
         for key, names in COUNTS:
             if key not in out:
-                for name in names:
-                    value = _get(attributes, name)
-                    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                        out[key] = value
-                        break
+                value = _first_count(attributes, names)
+                if value is not None:
+                    out[key] = value
     return out
+
+
+cdef object _first_text(object attributes, tuple keys):
+    """`llm_calls._first_text`: the first of `keys` whose value is a non-empty string."""
+    for key in keys:
+        value = _get(attributes, key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+cdef object _first_count(object attributes, tuple keys):
+    """`llm_calls._first_count`: the first of `keys` whose value is a count (an int, not
+    a bool, not negative)."""
+    for key in keys:
+        value = _get(attributes, key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None

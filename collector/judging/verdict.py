@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -129,39 +129,8 @@ class Verdict:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        document = self._document()
-        self._add_optional(document)
-        return document
-
-    def _add_optional(self, document: dict[str, Any]) -> None:
-        if self.damaged:
-            document["damaged"] = dict(self.damaged)
-        if self.first_token is not None:
-            document["first_token"] = dict(self.first_token)
-        if self.instrumentation is not None:
-            document["instrumentation"] = self.instrumentation
-        if self.response_ms is not None:
-            document["response_ms"] = self.response_ms
-
-    def _document(self) -> dict[str, Any]:
-        return {
-            "trace_id": self.trace_id,
-            "budget": self.budget,
-            "status": self.status.value,
-            "ttft_ms": self.ttft_ms,
-            "total": {
-                "target_ms": self.total_target_ms,
-                "limit_ms": self.total_limit_ms,
-                "status": self.total_status.value,
-            },
-            "stages": [stage.to_dict() for stage in self.stages],
-            "unattributed_ms": self.unattributed_ms,
-            "blame": list(self.blame),
-            "overrun_ms": self.overrun_ms,
-            "skew_adjusted_ms": self.skew_adjusted_ms,
-            "attributes": dict(self.attributes),
-            "evaluated_at": self.evaluated_at.isoformat(timespec="milliseconds"),
-        }
+        """The JSON form, its mappings copies of the verdict's own (the caller's to change)."""
+        return _document(self, self.evaluated_at.isoformat(timespec="milliseconds"), dict)
 
     def to_json(self) -> str:
         """`to_dict` as compact JSON (as the collector stores every verdict)."""
@@ -245,37 +214,53 @@ def to_json(verdicts: Iterable[Verdict]) -> list[str]:
         if verdict.evaluated_at is not instant:
             instant = verdict.evaluated_at
             at = instant.isoformat(timespec="milliseconds")
-        document = {
-            "trace_id": verdict.trace_id,
-            "budget": verdict.budget,
-            "status": verdict.status._value_,
-            "ttft_ms": verdict.ttft_ms,
-            "total": {
-                "target_ms": verdict.total_target_ms,
-                "limit_ms": verdict.total_limit_ms,
-                "status": verdict.total_status._value_,
-            },
-            "stages": [
-                {
-                    "name": stage.name,
-                    "ms": stage.ms,
-                    "target_ms": stage.target_ms,
-                    "limit_ms": stage.limit_ms,
-                    "status": stage.status._value_,
-                    "breakdown": _plain(stage.breakdown),
-                }
-                for stage in verdict.stages
-            ],
-            "unattributed_ms": verdict.unattributed_ms,
-            "blame": verdict.blame,
-            "overrun_ms": verdict.overrun_ms,
-            "skew_adjusted_ms": verdict.skew_adjusted_ms,
-            "attributes": _plain(verdict.attributes),
-            "evaluated_at": at,
-        }
-        verdict._add_optional(document)
-        out.append(json_text.dumps(document).decode())
+        out.append(json_text.dumps(_document(verdict, at, _plain)).decode())
     return out
+
+
+def _document(
+    verdict: Verdict, evaluated_at: str, plain: Callable[[Mapping[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    """The verdict's JSON form (DESIGN §6), `evaluated_at` formatted, its mappings as
+    `plain` gives them: copies (`to_dict`), or themselves where they are dicts (`to_json`,
+    which only writes them)."""
+    document = {
+        "trace_id": verdict.trace_id,
+        "budget": verdict.budget,
+        "status": verdict.status._value_,
+        "ttft_ms": verdict.ttft_ms,
+        "total": {
+            "target_ms": verdict.total_target_ms,
+            "limit_ms": verdict.total_limit_ms,
+            "status": verdict.total_status._value_,
+        },
+        "stages": [
+            {  # as `StageResult.to_dict`, inline: six a verdict on the collector's hot path
+                "name": stage.name,
+                "ms": stage.ms,
+                "target_ms": stage.target_ms,
+                "limit_ms": stage.limit_ms,
+                "status": stage.status._value_,
+                "breakdown": plain(stage.breakdown),
+            }
+            for stage in verdict.stages
+        ],
+        "unattributed_ms": verdict.unattributed_ms,
+        "blame": list(verdict.blame),
+        "overrun_ms": verdict.overrun_ms,
+        "skew_adjusted_ms": verdict.skew_adjusted_ms,
+        "attributes": plain(verdict.attributes),
+        "evaluated_at": evaluated_at,
+    }
+    if verdict.damaged:
+        document["damaged"] = dict(verdict.damaged)
+    if verdict.first_token is not None:
+        document["first_token"] = dict(verdict.first_token)
+    if verdict.instrumentation is not None:
+        document["instrumentation"] = verdict.instrumentation
+    if verdict.response_ms is not None:
+        document["response_ms"] = verdict.response_ms
+    return document
 
 
 def _plain(mapping: Mapping[str, Any]) -> dict[str, Any]:

@@ -80,10 +80,12 @@ def create_app(
     app = FastAPI(
         title="spanbudget collector", docs_url=None, redoc_url=None, lifespan=_serving(grpc)
     )
+    # The last added runs first: the token check, the headers every answer carries, then
+    # POST /v1/traces, answered there ahead of the routing and the rest.
+    app.add_middleware(OtlpHttp, intake=intake)
     app.add_middleware(SecurityHeaders)
     if read_token is not None:
         app.add_middleware(ReadAuth, token=read_token)
-    app.add_middleware(OtlpHttp, intake=intake)  # POST /v1/traces, in front of the rest
 
     @app.get("/api/verdicts/{trace_id}")
     def get_verdict(trace_id: str) -> dict[str, Any]:
