@@ -8,7 +8,7 @@ from ..budget.model import Budget, Selector
 from ..budget.recognize import Instrumentation
 from ..spans import Span
 from .evaluate import Judged
-from .llm_calls import Scan
+from .llm_calls import LlmRequest, Reading, Scan
 from .stage_table import StageTable
 
 _T = TypeVar("_T")
@@ -25,9 +25,19 @@ class CompiledJudge:
         budget: Budget,
         table: StageTable,
         marks: tuple[_Mark, ...],
+        sources: list[tuple[str, str, bool]],
+        walks: Reading,
         judged: type[Judged],
     ) -> None: ...
     def judge(self, spans: Sequence[Span], evaluated_at: datetime) -> Judged | _Handback | None: ...
+    def read(self, spans: Sequence[Span], first_token_span: str | None) -> LlmRequest: ...
+    def settle(
+        self,
+        judged: Judged,
+        request: LlmRequest,
+        spans: Sequence[Span],
+        instrumentation: str | None,
+    ) -> Judged | None: ...
 
 def evolve(obj: _T, **changes: object) -> _T:
     """`dataclasses.replace(obj, **changes)` for judging's frozen slotted dataclasses."""

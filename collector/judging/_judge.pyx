@@ -19,6 +19,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.sequence cimport PySequence_Contains
 from cpython.object cimport (
     Py_EQ,
+    Py_GT,
     Py_LT,
     PyObject,
     PyObject_GenericSetAttr,
@@ -50,6 +51,8 @@ from .llm_calls import (
     MODEL_KEYS,
     OPENINFERENCE_KIND,
     STREAM_FLAGS,
+    LlmRequest,
+    request_of,
     streamed,
 )
 from .stage_table import PHASES
@@ -114,6 +117,9 @@ cdef tuple _VERDICT_FIELDS = (
 cdef tuple _JUDGED_FIELDS = (
     "verdict", "root_span_id", "span_stages", "first_token_ns", "tree", "first_token_mark",
     "first_token_span",
+)
+cdef tuple _REQUEST_FIELDS = (
+    "calls", "streamed", "response_end", "attributes", "missing_parents",
 )
 
 
@@ -262,11 +268,16 @@ cdef class CompiledJudge:
     """Judges traces against one budget, as `Evaluator` does on its fast path.
 
     `table` is the evaluator's compiled selectors (its memo of decisions is shared),
-    `marks` its first-token marks as `evaluate._mark_table` gives them, and `judged` the
-    `Judged` class (evaluate.py imports this module, so it cannot import that).
+    `marks` its first-token marks as `evaluate._mark_table` gives them, `sources` what a
+    verdict's `first_token` says of each mark (source, description, exact), `walks` the
+    compiled `llm_calls.reading` of the marks, and `judged` the `Judged` class
+    (evaluate.py imports this module, so it cannot import that).
     """
 
     cdef object budget
+    cdef object first_token_marks
+    cdef list sources
+    cdef object walks
     cdef dict memo
     cdef object decide
     cdef object phases
@@ -276,15 +287,19 @@ cdef class CompiledJudge:
     cdef Py_ssize_t stage_count
     cdef object judged
 
-    def __init__(self, budget, table, tuple marks, judged):
+    def __init__(self, budget, table, tuple marks, list sources, walks, judged):
         for cls, fields in (
             (StageResult, _STAGE_FIELDS),
             (Verdict, _VERDICT_FIELDS),
             (judged, _JUDGED_FIELDS),
+            (LlmRequest, _REQUEST_FIELDS),
         ):
             if tuple(f.name for f in dataclasses.fields(cls)) != fields:
                 raise RuntimeError(f"{cls.__name__}'s fields changed: update _judge.pyx")
         self.budget = budget
+        self.first_token_marks = budget.first_token
+        self.sources = sources
+        self.walks = walks
         self.memo = table.memo
         self.decide = table.decision
         self.phases = table.phases
@@ -322,6 +337,92 @@ cdef class CompiledJudge:
             PyObject_GenericSetAttr(judged, "first_token_mark", mark)
             PyObject_GenericSetAttr(judged, "first_token_span", trace.span(marked).span_id)
         return judged
+
+    def read(self, spans, first_token_span):
+        """`llm_calls.read_request` of a judged trace (its first token carried by span
+        `first_token_span`, if any), compiled where nothing tells whether the calls
+        streamed (most traces); the rest goes to `llm_calls.request_of` with this first
+        pass."""
+        scanned = self.walks.scan(spans)
+        by_id, children, calls, call_ids, outermost, told, orphans = scanned
+        missing = orphans - 1 if orphans > 1 else 0  # the root's parent is not there either
+        if not calls:
+            return _fill(LlmRequest, _REQUEST_FIELDS, (0, None, None, {}, missing))
+        if told:
+            return request_of(spans, first_token_span, self.first_token_marks, scanned, self.walks)
+        # Nothing tells: no call says, and no server shows its sends (the carrier's, or
+        # those of the servers that could have carried one: `llm_calls._sends_tell`), so
+        # whether the calls streamed is not known.
+        last = best = None  # the outermost call that ended last, as `max` picks it
+        for call in <list>outermost:
+            key = (call.end_ns, call.span_id)
+            if last is None or PyObject_RichCompareBool(key, best, Py_GT):
+                last, best = call, key
+        chosen = _call_of(first_token_span, call_ids, by_id)
+        if chosen is None:  # `llm_calls._chosen` without a streamed call: the last to end
+            chosen = last
+        attributes = call_attributes(chosen, calls_below(chosen, call_ids, children))
+        return _fill(LlmRequest, _REQUEST_FIELDS, (
+            len(<list>calls), None, (last.span_id, last.end_ns), attributes, missing
+        ))
+
+    def settle(self, judged, request, spans, instrumentation):
+        """`judged` with its verdict as `llm_calls.settle` makes it where that changes only
+        the verdict's attributes, damage, first token and instrumentation (an LLM call not
+        known to have answered whole, and a first token); None for the rest, which
+        `Evaluator.judge` settles in Python."""
+        verdict = judged.verdict
+        if request.calls == 0 or request.streamed is False or verdict.status is _INCOMPLETE:
+            return None
+        attributes = {**verdict.attributes, **request.attributes}
+        damaged = verdict.damaged
+        if request.missing_parents:
+            damaged = {**(damaged or {}), "missing_parent": request.missing_parents}
+        settled = _fill(Verdict, _VERDICT_FIELDS, (
+            verdict.trace_id,
+            verdict.budget,
+            verdict.status,
+            verdict.ttft_ms,
+            verdict.total_target_ms,
+            verdict.total_limit_ms,
+            verdict.total_status,
+            verdict.stages,
+            verdict.unattributed_ms,
+            verdict.blame,
+            verdict.overrun_ms,
+            verdict.skew_adjusted_ms,
+            attributes,
+            verdict.evaluated_at,
+            damaged,
+            self._source(judged, spans),
+            instrumentation,
+            verdict.response_ms,
+        ))
+        return _fill(self.judged, _JUDGED_FIELDS, (
+            settled,
+            judged.root_span_id,
+            judged.span_stages,
+            judged.first_token_ns,
+            judged.tree,
+            judged.first_token_mark,
+            judged.first_token_span,
+        ))
+
+    cdef object _source(self, object judged, object spans):
+        """`Evaluator._source`: the verdict's `first_token`."""
+        mark = judged.first_token_mark
+        if judged.first_token_ns is None or mark is None:
+            return None
+        carrier = judged.first_token_span
+        name = ""
+        for span in spans:
+            if span.span_id == carrier:
+                name = span.name
+                break
+        if mark < 0:
+            return {"source": "response end", "mark": "the call's end", "span": name, "exact": True}
+        source, described, exact = self.sources[mark]
+        return {"source": source, "mark": described, "span": name, "exact": exact}
 
     cdef int stage_index(self, object name) except -2:
         """The index of the stage called `name`, -1 for "" (decisions hold the budget's
@@ -1261,6 +1362,22 @@ cdef bint _has_ancestor_in(object span, set ids, dict by_id) except -1:
         parent = (<object>above).parent_span_id
         seen += 1
     return False
+
+
+cdef object _call_of(object span_id, set ids, dict by_id):
+    """`llm_calls._call_of`: the outermost LLM call at or above span `span_id`."""
+    found = None
+    cdef Py_ssize_t seen = 0, count = len(by_id)
+    cdef PyObject* span
+    while span_id is not None and seen <= count:
+        span = PyDict_GetItem(by_id, span_id)
+        if span is NULL:
+            break
+        if span_id in ids:
+            found = <object>span
+        span_id = (<object>span).parent_span_id
+        seen += 1
+    return found
 
 
 def calls_below(call, set ids, dict children):

@@ -117,15 +117,18 @@ class Evaluator:
             )
         if compiled is None:
             compiled = os.environ.get(PURE_PYTHON_ENV, "") in ("", "0")
+        on = _judge is not None and compiled
+        # The walks of reading the LLM calls, and `dataclasses.replace` for a verdict and a
+        # `Judged`: compiled with the rest.
+        self._walks = reading(budget.first_token, _judge if on else None)
         self._compiled = (
-            _judge.CompiledJudge(budget, self._table, self._marks, Judged)
-            if _judge is not None and compiled
+            _judge.CompiledJudge(
+                budget, self._table, self._marks, self._mark_sources, self._walks, Judged
+            )
+            if on
             else None
         )
-        # `dataclasses.replace` for a verdict and a `Judged`, and the first pass of reading
-        # the LLM calls: compiled with the rest.
         self._evolve: Callable[..., Any] = replace if self._compiled is None else _judge.evolve
-        self._walks = reading(budget.first_token, None if self._compiled is None else _judge)
 
     @property
     def compiled(self) -> bool:
@@ -164,9 +167,13 @@ class Evaluator:
             judged = self._judge_tree(spans, evaluated_at, keep_tree)
             if judged is None:
                 return None
-        request = read_request(
-            spans, judged.first_token_span, self.budget.first_token, walks=self._walks
-        )
+        fast = self._compiled
+        if fast is not None:
+            request = fast.read(spans, judged.first_token_span)
+        else:
+            request = read_request(
+                spans, judged.first_token_span, self.budget.first_token, walks=self._walks
+            )
         if (
             request.streamed is False
             and request.response_end is not None
@@ -179,6 +186,10 @@ class Evaluator:
             )
             if again is not None:
                 judged = again
+        if fast is not None:  # most traces' settling, compiled; None: the rest, below
+            settled = fast.settle(judged, request, spans, instrumentation)
+            if settled is not None:
+                return settled
         verdict = settle(
             judged.verdict,
             request,

@@ -55,6 +55,7 @@ __all__ = [
     "is_llm_call",
     "read_request",
     "reading",
+    "request_of",
     "scan",
     "settle",
     "streamed",
@@ -197,7 +198,20 @@ def read_request(
     instrumentation, which the budget was written for). `walks` is `reading(marks)`, made
     once by an evaluator (compiled where it judges on the compiled path)."""
     walks = walks or reading(marks)
-    by_id, children, calls, call_ids, outermost, told, orphans = walks.scan(spans)
+    return request_of(spans, first_token_span, marks, walks.scan(spans), walks)
+
+
+def request_of(
+    spans: Sequence[Span],
+    first_token_span: str | None,
+    marks: Sequence[FirstTokenMark],
+    scanned: Scan,
+    walks: Reading,
+) -> LlmRequest:
+    """`read_request` past its first pass (`scanned`: what `walks.scan` found in `spans`).
+    The compiled evaluator reads most traces itself (`_judge.CompiledJudge.read`) and
+    hands this the rest: where a call or a server tells whether the calls streamed."""
+    by_id, children, calls, call_ids, outermost, told, orphans = scanned
     missing = max(0, orphans - 1)  # the root's own parent is not in the trace either
     if not calls:
         return LlmRequest(0, None, None, {}, missing)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from spanbudget.collector.budget.loader import load_budget, load_preset
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.judging.evaluate import COMPILED, PURE_PYTHON_ENV, Evaluator, Judged
+from spanbudget.collector.judging.llm_calls import reading
 from spanbudget.collector.judging.stage_table import StageTable
 from spanbudget.collector.readers import parse_traces
 from spanbudget.collector.spans import AttrValue, Span, SpanEvent, SpanKind, group_by_trace
@@ -325,7 +326,7 @@ def test_a_change_to_the_verdict_classes_stops_the_compiled_path() -> None:
         extra: int = 0
 
     with pytest.raises(RuntimeError, match="fields changed"):
-        CompiledJudge(BUDGET, StageTable([]), (), Extended)
+        CompiledJudge(BUDGET, StageTable([]), (), [], reading(()), Extended)
 
 
 # Runs in a fresh interpreter in which the extension cannot be imported, as where no C

@@ -4,7 +4,8 @@ calls were not streamed `not_streamed` (or judged whole, when the budget says so
 `incomplete` trace blames nothing; the model and tokens are the first token's LLM call's;
 the first token names its source; a span whose parent is missing marks the verdict
 damaged but is judged all the same (DESIGN §5 rule 1). On both evaluator paths, whose
-walks over a trace's calls (`scan`, `calls_below`) are held equal on random traces."""
+walks over a trace's calls (`scan`, `calls_below`), reading of the request and settling of
+the verdict are held equal on random traces."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spanbudget.collector.budget.loader import load_budget, load_preset
 from spanbudget.collector.budget.model import Budget, NonStreamed
-from spanbudget.collector.judging.evaluate import COMPILED, Evaluator
+from spanbudget.collector.judging.evaluate import COMPILED, Evaluator, Judged
 from spanbudget.collector.judging.llm_calls import (
     call_attributes,
     calls_below,
+    read_request,
     reading,
+    settle,
     streamed,
 )
 from spanbudget.collector.judging.verdict import Status, Verdict
@@ -35,6 +38,7 @@ NOW = datetime(2026, 12, 7, tzinfo=UTC)
 OPENLLMETRY = load_preset("openllmetry").budget
 GENAI = load_preset("genai").budget
 OPENLIT = load_preset("openlit").budget
+REFERENCE = load_budget(REPO / "budget.yaml").budget
 CHUNK = "gen_ai.content.completion.chunk"
 PATHS = [True, False] if COMPILED else [False]
 
@@ -320,6 +324,7 @@ def test_a_missing_parent_is_judged_as_a_child_of_the_root_and_marked() -> None:
 # What the walks look at, each with values that make a span a call, values that do not,
 # and values of the wrong type.
 CALL_ATTRIBUTES: dict[str, list[AttrValue]] = {
+    "loadtest.run_id": ["run-1"],  # carried into the verdict from the root
     "gen_ai.operation.name": ["chat", "text_completion", "embeddings", 7, ["chat"], ""],
     "openinference.span.kind": ["LLM", "CHAIN", 1],
     "llm.model_name": ["qwen", "", 3],
@@ -356,7 +361,7 @@ def call_traces(draw: st.DrawFn) -> list[Span]:
                 draw(st.sampled_from(ids[: i + 1] + ids[-1:])),
                 draw(st.sampled_from(["llm_request", "chat", "POST", "other"])),
                 i,
-                i + 10,
+                draw(st.sampled_from([i + 10, 20])),  # some end together
                 parent_span_id=draw(st.none() | st.sampled_from(ids)),
                 kind=draw(st.sampled_from([SpanKind.SERVER, SpanKind.CLIENT])),
                 attributes=attributes,
@@ -397,3 +402,75 @@ def test_the_compiled_readings_of_the_calls_are_the_pythons(
             assert list(map(type, got_attributes.values())) == list(
                 map(type, call_attributes(span, below).values())
             )
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled path is not built")
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(call_traces(), st.sampled_from([OPENLLMETRY, OPENLIT, GENAI, REFERENCE]))
+def test_the_compiled_request_and_settling_are_the_pythons(
+    spans: list[Span], budget: Budget
+) -> None:
+    """`CompiledJudge.read` is `read_request` for every span as the first token's carrier
+    (and none); `CompiledJudge.settle`, where it settles, is `settle`; and the two paths
+    judge alike, as the wire reader's spans too."""
+    python, compiled = Evaluator(budget, compiled=False), Evaluator(budget, compiled=True)
+    fast = compiled._compiled
+    assert fast is not None
+    body = to_request(spans).SerializeToString()
+    read = SpanReader(AttributeKeys(every=True), compiled=True).read(body, "test").to_spans()
+    for trace in (spans, read):
+        for carrier in [None, *sorted({span.span_id for span in trace})]:
+            expected = read_request(trace, carrier, budget.first_token)
+            got = fast.read(trace, carrier)
+            assert got == expected
+            assert list(map(type, got.attributes.values())) == list(
+                map(type, expected.attributes.values())
+            )
+        judgement = python.judge(trace, evaluated_at=NOW, keep_tree=True)
+        assert compiled.judge(trace, evaluated_at=NOW) == replace_tree(judgement)
+        if judgement is None:
+            continue
+        request = read_request(trace, judgement.first_token_span, budget.first_token)
+        for instrumentation in (None, "openlit"):
+            settled = fast.settle(judgement, request, trace, instrumentation)
+            if settled is None:
+                continue
+            verdict = settle(
+                judgement.verdict,
+                request,
+                budget,
+                first_token=python._source(judgement, trace),
+                window_start_ns=0,  # read only where a call answered whole: not settled here
+                instrumentation=instrumentation,
+            )
+            assert settled == replace(judgement, verdict=verdict)
+            assert settled.verdict.to_dict() == verdict.to_dict()
+            assert list(settled.verdict.attributes) == list(verdict.attributes)  # in order
+
+
+def replace_tree(judgement: Judged | None) -> Judged | None:
+    """The tree's judgement without the tree."""
+    if judgement is None or judgement.tree is None:
+        return judgement
+    judgement.tree.release()
+    return replace(judgement, tree=None)
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled path is not built")
+def test_the_compiled_request_picks_the_calls_the_python_picks() -> None:
+    """Two calls tied on end and span id: the first is the last to end (as `max` keeps
+    it); nested calls under a first token: the outermost is the call it came from."""
+    fast = Evaluator(GENAI, compiled=True)._compiled
+    assert fast is not None
+
+    def call(span_id: str, model: str, end: int, parent: str | None = None) -> Span:
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
+        return Span("1" * 32, span_id, "chat", 0, end, parent, attributes=attributes)
+
+    tied = [call("a" * 16, "first", 20), call("a" * 16, "second", 20)]
+    nested = [call("a" * 16, "outer", 30), call("b" * 16, "inner", 20, "a" * 16)]
+    for spans, carrier in ((tied, None), (nested, "b" * 16)):
+        expected = read_request(spans, carrier, GENAI.first_token)
+        assert fast.read(spans, carrier) == expected
+    assert expected.attributes["gen_ai.request.model"] == "outer"
+    assert read_request(tied, None).attributes["gen_ai.request.model"] == "first"
