@@ -43,6 +43,8 @@ class JudgingCore:
     `metrics` (rejected, late, skipped and dropped spans and traces, queue gauges).
     `annotate`, when given, adds to each verdict's attributes what it finds in the trace's
     spans (the request's prompt tokens, the engine's state: `engine_metrics`).
+    `between_steps` runs on the worker after each step, when the step's objects are gone
+    (`spanbudget collect` collects young garbage there: `live.gc_settings`).
     `offer`, `set_budget`, `flush`, `wait_idle` and `close` may be called from any thread;
     the assembly, the evaluator and the sinks' `consume` belong to the worker thread.
     """
@@ -59,8 +61,10 @@ class JudgingCore:
         thread_name: str = "spanbudget-worker",
         make_evaluator: Callable[[Budget], Judge] = Evaluator,
         annotate: Annotate | None = None,
+        between_steps: Callable[[], object] = lambda: None,
     ) -> None:
         self.sinks = list(sinks)
+        self._between_steps = between_steps  # on the worker, after each step
         self._annotate = annotate
         self.metrics = metrics
         self.max_queue_spans = max_queue_spans
@@ -246,6 +250,7 @@ class JudgingCore:
                     self._done.notify_all()
             if closing:
                 return
+            self._between_steps()
 
     def _step(
         self,

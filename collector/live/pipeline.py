@@ -46,6 +46,7 @@ from ..sinks.forward import Forwarder
 from ..sinks.span_store import SpanSink, SpanStore
 from ..sinks.store import StoreSink, VerdictStore
 from .engine_metrics import EngineScraper
+from .gc_settings import collect_between_steps
 from .settings import CollectorSettings
 
 __all__ = ["Pipeline", "assemble"]
@@ -184,6 +185,7 @@ def assemble(
         clock=clock,
         make_evaluator=make_evaluator,
         annotate=annotate_with(None if scraper is None else scraper.samples),
+        between_steps=collect_between_steps,
     )
     if journal is not None:  # it keeps their spans: judged whole after the next start
         core.defer_rootless()

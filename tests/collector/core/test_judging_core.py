@@ -356,3 +356,33 @@ def test_spans_the_worker_is_adding_count_against_the_buffers_room(budget: Budge
     assert core.flush(10)
     assert core.offer(_held(more))
     core.close()
+
+
+def test_between_steps_runs_on_the_worker_after_each_step_its_sinks_had(budget: Budget) -> None:
+    recorder = Recorder()
+    calls: list[tuple[str, int]] = []  # the thread, and the steps the sink had by then
+    core = JudgingCore(
+        budget,
+        [recorder],
+        assembly=Assembly(
+            decision_wait=60.0,
+            max_age=600.0,
+            max_traces=10,
+            max_spans_per_trace=100,
+            decided_memory=100,
+        ),
+        metrics=CollectorMetrics(CollectorRegistry()),
+        max_queue_spans=1000,
+        between_steps=lambda: calls.append((threading.current_thread().name, len(recorder.steps))),
+    )
+    core.start()
+    try:
+        assert core.offer(_held(rag_trace(trace_id="1" * 32).spans))
+        assert core.flush(10)
+        deadline = time.monotonic() + 10
+        while not any(had for _, had in calls) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        core.close()
+    assert any(had for _, had in calls), "not called after the step that judged the trace"
+    assert {thread for thread, _ in calls} == {"spanbudget-worker"}
