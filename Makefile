@@ -20,7 +20,8 @@ $(BIN)/python:
 # The install also compiles the evaluator's fast path (setup.py): a change to it rebuilds.
 TORCH := torch==2.13.0
 export SPANBUDGET_WHEELHOUSE ?= $(HOME)/.cache/spanbudget/wheels
-$(STAMP): pyproject.toml setup.py collector/judging/_judge.pyx collector/readers/_wire.pyx | $(BIN)/python
+$(STAMP): pyproject.toml setup.py collector/_slots.pxi collector/judging/_judge.pyx \
+		collector/readers/_wire.pyx | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip download --quiet --dest $(SPANBUDGET_WHEELHOUSE) $(TORCH)
 	$(BIN)/python -m pip install --quiet --no-index --find-links $(SPANBUDGET_WHEELHOUSE) $(TORCH)

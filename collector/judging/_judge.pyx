@@ -229,15 +229,19 @@ cdef inline int _to_ns(double seconds, int64_t* out) noexcept:
     return DONE
 
 
-cdef inline object _fill(object cls, tuple fields, tuple values):
+include "../_slots.pxi"
+
+
+cdef inline object _fill(object cls, tuple offsets, tuple values):
+    """A new `cls` with `values` in the slots at `offsets` (`_slot_offsets` of its fields)."""
     obj = _new(cls)
     cdef Py_ssize_t i
-    for i in range(len(fields)):
-        PyObject_GenericSetAttr(obj, fields[i], values[i])
+    for i in range(len(offsets)):
+        _set_slot(obj, offsets[i], values[i])
     return obj
 
 
-cdef dict _FIELDS_OF = {}  # class -> its dataclass fields' names, in order
+cdef dict _FIELDS_OF = {}  # class -> its dataclass fields' names, in order, and their slots
 
 
 def evolve(obj, **changes):
@@ -245,9 +249,11 @@ def evolve(obj, **changes):
     the frozen slotted dataclasses of judging (no `__post_init__`, every field in
     `__init__`), at a fifth of `replace`'s cost, on every judged trace."""
     cls = type(obj)
-    cdef tuple fields = _FIELDS_OF.get(cls)
-    if fields is None:
-        fields = _FIELDS_OF[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    known = _FIELDS_OF.get(cls)
+    if known is None:
+        names = tuple(f.name for f in dataclasses.fields(cls))
+        known = _FIELDS_OF[cls] = (names, _slot_offsets(cls, names))
+    cdef tuple fields = known[0]
     cdef Py_ssize_t used = 0
     cdef PyObject* value
     cdef list values = []
@@ -261,7 +267,7 @@ def evolve(obj, **changes):
     if used != len(changes):
         unknown = sorted(set(changes) - set(fields))
         raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
-    return _fill(cls, fields, tuple(values))
+    return _fill(cls, known[1], tuple(values))
 
 
 cdef class CompiledJudge:
@@ -275,6 +281,7 @@ cdef class CompiledJudge:
     """
 
     cdef object budget
+    cdef tuple stage_at, verdict_at, judged_at, request_at  # the classes' slots (`_fill`)
     cdef object first_token_marks
     cdef list sources
     cdef object walks
@@ -296,6 +303,10 @@ cdef class CompiledJudge:
         ):
             if tuple(f.name for f in dataclasses.fields(cls)) != fields:
                 raise RuntimeError(f"{cls.__name__}'s fields changed: update _judge.pyx")
+        self.stage_at = _slot_offsets(StageResult, _STAGE_FIELDS)
+        self.verdict_at = _slot_offsets(Verdict, _VERDICT_FIELDS)
+        self.judged_at = _slot_offsets(judged, _JUDGED_FIELDS)
+        self.request_at = _slot_offsets(LlmRequest, _REQUEST_FIELDS)
         self.budget = budget
         self.first_token_marks = budget.first_token
         self.sources = sources
@@ -347,7 +358,7 @@ cdef class CompiledJudge:
         by_id, children, calls, call_ids, outermost, told, orphans = scanned
         missing = orphans - 1 if orphans > 1 else 0  # the root's parent is not there either
         if not calls:
-            return _fill(LlmRequest, _REQUEST_FIELDS, (0, None, None, {}, missing))
+            return _fill(LlmRequest, self.request_at, (0, None, None, {}, missing))
         if told:
             return request_of(spans, first_token_span, self.first_token_marks, scanned, self.walks)
         # Nothing tells: no call says, and no server shows its sends (the carrier's, or
@@ -362,7 +373,7 @@ cdef class CompiledJudge:
         if chosen is None:  # `llm_calls._chosen` without a streamed call: the last to end
             chosen = last
         attributes = call_attributes(chosen, calls_below(chosen, call_ids, children))
-        return _fill(LlmRequest, _REQUEST_FIELDS, (
+        return _fill(LlmRequest, self.request_at, (
             len(<list>calls), None, (last.span_id, last.end_ns), attributes, missing
         ))
 
@@ -378,7 +389,7 @@ cdef class CompiledJudge:
         damaged = verdict.damaged
         if request.missing_parents:
             damaged = {**(damaged or {}), "missing_parent": request.missing_parents}
-        settled = _fill(Verdict, _VERDICT_FIELDS, (
+        settled = _fill(Verdict, self.verdict_at, (
             verdict.trace_id,
             verdict.budget,
             verdict.status,
@@ -398,7 +409,7 @@ cdef class CompiledJudge:
             instrumentation,
             verdict.response_ms,
         ))
-        return _fill(self.judged, _JUDGED_FIELDS, (
+        return _fill(self.judged, self.judged_at, (
             settled,
             judged.root_span_id,
             judged.span_stages,
@@ -478,7 +489,7 @@ cdef class CompiledJudge:
             else:
                 ms, status, breakdown = 0.0, _ABSENT, {}
             result = (stage.name, ms, target, limit, status, breakdown)
-            results.append(_fill(StageResult, _STAGE_FIELDS, result))
+            results.append(_fill(StageResult, self.stage_at, result))
             statuses.append(status)
 
         if found:
@@ -499,7 +510,7 @@ cdef class CompiledJudge:
                     verdict_status, worst = status, SEVERITY[status]
 
         root = trace.span(0)
-        verdict = _fill(Verdict, _VERDICT_FIELDS, (
+        verdict = _fill(Verdict, self.verdict_at, (
             trace.spans[0].trace_id,
             self.budget.name,
             verdict_status,
@@ -528,7 +539,7 @@ cdef class CompiledJudge:
             if node.stage >= 0 and node.row >= 0:
                 PyDict_SetItem(span_stages, trace.span(i).span_id, self.names[node.stage])
         first_token_ns = window_end if found else None
-        return _fill(self.judged, _JUDGED_FIELDS, (
+        return _fill(self.judged, self.judged_at, (
             verdict, root.span_id, span_stages, first_token_ns, None, None, None
         ))
 

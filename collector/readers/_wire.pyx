@@ -27,7 +27,7 @@ from cpython.array cimport array, resize_smart
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.dict cimport PyDict_SetItem
-from cpython.object cimport PyObject_GenericSetAttr, PyObject_Hash
+from cpython.object cimport PyObject_Hash
 from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
@@ -37,6 +37,7 @@ cdef extern from "Python.h":
     void PyObject_GC_UnTrack(object)
 
 from collections.abc import KeysView as _KeysView, Mapping as _Mapping
+from dataclasses import fields as _dataclass_fields
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
@@ -1490,7 +1491,20 @@ cdef inline object _attributes(list keys, list values, dict shapes):
     PyObject_GC_UnTrack(out._values)  # plain values, as `Span` below: never in a cycle
     return out
 
+include "../_slots.pxi"
+
 cdef tuple _KINDS = tuple(SpanKind.from_otlp(number) for number in range(6))
+# Where a `Span` keeps each field (`_slots.pxi`); `spans` fills every one of them.
+cdef tuple _SPAN_FIELDS = (
+    "trace_id", "span_id", "name", "start_ns", "end_ns", "parent_span_id", "kind", "service",
+    "attributes", "error", "events", "host", "scope",
+)
+if tuple(f.name for f in _dataclass_fields(Span)) != _SPAN_FIELDS:
+    raise RuntimeError("Span's fields changed: update _wire.pyx")
+cdef Py_ssize_t _TRACE_ID, _SPAN_ID, _NAME, _START, _END, _PARENT, _KIND, _SERVICE
+cdef Py_ssize_t _ATTRIBUTES, _ERROR, _EVENTS, _HOST, _SCOPE
+(_TRACE_ID, _SPAN_ID, _NAME, _START, _END, _PARENT, _KIND, _SERVICE, _ATTRIBUTES, _ERROR,
+ _EVENTS, _HOST, _SCOPE) = _slot_offsets(Span, _SPAN_FIELDS)
 cdef object _new_span = object.__new__
 cdef object _new_tuple = tuple.__new__
 cdef object _Span = Span
@@ -1608,11 +1622,11 @@ def spans(records, Py_ssize_t max_span_bytes=-1):
         host = a_hosts.data.as_ints[batch]
         scope = a_scopes.data.as_ints[batch]
         span = _new_span(_Span)
-        PyObject_GenericSetAttr(span, "trace_id", trace_id)
-        PyObject_GenericSetAttr(span, "span_id", span_texts[i])
-        PyObject_GenericSetAttr(span, "name", strings[a_names.data.as_uints[i]])
-        PyObject_GenericSetAttr(span, "start_ns", a_start.data.as_ulonglongs[i])
-        PyObject_GenericSetAttr(span, "end_ns", a_end.data.as_ulonglongs[i])
+        _set_slot(span, _TRACE_ID, trace_id)
+        _set_slot(span, _SPAN_ID, span_texts[i])
+        _set_slot(span, _NAME, strings[a_names.data.as_uints[i]])
+        _set_slot(span, _START, a_start.data.as_ulonglongs[i])
+        _set_slot(span, _END, a_end.data.as_ulonglongs[i])
         if _zeros(parent_ids + 8 * i, 8):
             value = None
         else:
@@ -1620,14 +1634,14 @@ def spans(records, Py_ssize_t max_span_bytes=-1):
             value = span_strings.get(id_bits)
             if value is None:
                 value = _hex(parent_ids + 8 * i, 8)
-        PyObject_GenericSetAttr(span, "parent_span_id", value)
-        PyObject_GenericSetAttr(span, "kind", _KINDS[a_kinds.data.as_uchars[i]])
-        PyObject_GenericSetAttr(span, "service", strings[a_services.data.as_uints[batch]])
-        PyObject_GenericSetAttr(span, "attributes", _attributes(keys, values, shapes))
-        PyObject_GenericSetAttr(span, "error", a_errors.data.as_uchars[i] == 1)
-        PyObject_GenericSetAttr(span, "events", tuple(events))
-        PyObject_GenericSetAttr(span, "host", None if host < 0 else strings[host])
-        PyObject_GenericSetAttr(span, "scope", None if scope < 0 else strings[scope])
+        _set_slot(span, _PARENT, value)
+        _set_slot(span, _KIND, _KINDS[a_kinds.data.as_uchars[i]])
+        _set_slot(span, _SERVICE, strings[a_services.data.as_uints[batch]])
+        _set_slot(span, _ATTRIBUTES, _attributes(keys, values, shapes))
+        _set_slot(span, _ERROR, a_errors.data.as_uchars[i] == 1)
+        _set_slot(span, _EVENTS, tuple(events))
+        _set_slot(span, _HOST, None if host < 0 else strings[host])
+        _set_slot(span, _SCOPE, None if scope < 0 else strings[scope])
         # Out of the cycle collector's sight, as a dict of plain values is: a `Span` holds
         # strings, numbers, its kind, `Attributes` and events, none of which can lead back
         # to it, so it is never in a cycle; reference counting frees it. The collector's
