@@ -27,6 +27,8 @@ from cpython.array cimport array, resize_smart
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.dict cimport PyDict_SetItem
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.object cimport PyObject_Hash
 from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -1473,23 +1475,28 @@ _NO_ATTRIBUTES._shape = _Shape(())
 _NO_ATTRIBUTES._values = ()
 
 
-cdef inline object _attributes(list keys, list values, dict shapes):
-    """A span's attributes: one shared empty mapping, `Attributes` sharing the keys' shape
-    through `shapes` (the request's), or a dict for many keys."""
-    cdef Py_ssize_t n = len(keys)
+cdef inline object _attributes(
+    tuple values, const unsigned int* key_ids, tuple strings, dict shapes
+):
+    """A span's attributes, `values` under the keys `strings` holds at `key_ids` (one per
+    value): one shared empty mapping, `Attributes` sharing the keys' shape through `shapes`
+    (the request's, found by those indices without making a tuple of the keys), or a dict
+    for many keys."""
+    cdef Py_ssize_t n = len(values), i
     if n == 0:
         return _NO_ATTRIBUTES
     if n > _MAX_COMPACT:
-        return dict(zip(keys, values))
-    cdef tuple key_tuple = tuple(keys)
-    cdef object shape = shapes.get(key_tuple)
+        return {strings[key_ids[i]]: values[i] for i in range(n)}
+    cdef bytes ids = PyBytes_FromStringAndSize(<const char*>key_ids, n * sizeof(unsigned int))
+    cdef object shape = shapes.get(ids)
     if shape is None:
-        shape = shapes[key_tuple] = _Shape(key_tuple)
+        shape = shapes[ids] = _Shape(tuple([strings[key_ids[i]] for i in range(n)]))
     cdef Attributes out = Attributes.__new__(Attributes)
     out._shape = <_Shape>shape
-    out._values = tuple(values)
-    PyObject_GC_UnTrack(out._values)  # plain values, as `Span` below: never in a cycle
+    out._values = values
+    PyObject_GC_UnTrack(values)  # plain values, as `Span` below: never in a cycle
     return out
+
 
 include "../_slots.pxi"
 
@@ -1567,9 +1574,9 @@ def spans(records, Py_ssize_t max_span_bytes=-1):
     cdef Py_ssize_t n = len(a_names), i, row, batch, host, scope, kind
     cdef list out = []
     cdef dict lost = {}
-    cdef dict shapes = {}  # each distinct tuple of attribute keys, once a request
-    cdef list keys, values
-    cdef list events
+    cdef dict shapes = {}  # each distinct run of attribute keys, once a request
+    cdef tuple values_tuple, events
+    cdef unsigned int first, count
     cdef str trace_id = None
     cdef const uint8_t* last_trace = NULL
     cdef dict trace_strings = {}  # each trace id's string, once a request
@@ -1596,11 +1603,11 @@ def spans(records, Py_ssize_t max_span_bytes=-1):
         if max_span_bytes >= 0 and <Py_ssize_t>a_len.data.as_uints[i] > max_span_bytes:
             lost[trace_id] = lost.get(trace_id, 0) + 1
             continue
-        keys = []
-        values = []
-        for row in range(attr_bounds[i], attr_bounds[i + 1]):
-            payload = attr_values[row]
-            kind = attr_types[row]
+        first, count = attr_bounds[i], attr_bounds[i + 1] - attr_bounds[i]
+        values_tuple = PyTuple_New(count)
+        for row in range(count):
+            payload = attr_values[first + row]
+            kind = attr_types[first + row]
             if kind == STR:
                 value = strings[payload]
             elif kind == BOOL:
@@ -1612,12 +1619,15 @@ def spans(records, Py_ssize_t max_span_bytes=-1):
                 value = number
             else:
                 value = lists[payload]
-            keys.append(strings[attr_keys[row]])
-            values.append(value)
-        events = [
-            _new_tuple(_SpanEvent, (strings[event_names[row]], event_times[row]))
-            for row in range(event_bounds[i], event_bounds[i + 1])
-        ]
+            Py_INCREF(value)
+            PyTuple_SET_ITEM(values_tuple, row, value)
+        if event_bounds[i] == event_bounds[i + 1]:
+            events = ()
+        else:
+            events = tuple([
+                _new_tuple(_SpanEvent, (strings[event_names[row]], event_times[row]))
+                for row in range(event_bounds[i], event_bounds[i + 1])
+            ])
         batch = a_batches.data.as_uints[i]
         host = a_hosts.data.as_ints[batch]
         scope = a_scopes.data.as_ints[batch]
@@ -1637,9 +1647,11 @@ def spans(records, Py_ssize_t max_span_bytes=-1):
         _set_slot(span, _PARENT, value)
         _set_slot(span, _KIND, _KINDS[a_kinds.data.as_uchars[i]])
         _set_slot(span, _SERVICE, strings[a_services.data.as_uints[batch]])
-        _set_slot(span, _ATTRIBUTES, _attributes(keys, values, shapes))
+        _set_slot(span, _ATTRIBUTES, _attributes(
+            values_tuple, attr_keys + first, strings, shapes
+        ))
         _set_slot(span, _ERROR, a_errors.data.as_uchars[i] == 1)
-        _set_slot(span, _EVENTS, tuple(events))
+        _set_slot(span, _EVENTS, events)
         _set_slot(span, _HOST, None if host < 0 else strings[host])
         _set_slot(span, _SCOPE, None if scope < 0 else strings[scope])
         # Out of the cycle collector's sight, as a dict of plain values is: a `Span` holds
