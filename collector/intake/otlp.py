@@ -24,7 +24,7 @@ from ..readers import (
     request_from_protobuf,
     spans_from_otlp,
 )
-from ..readers.span_records import SpanReader, untracked
+from ..readers.span_records import SpanReader, untracked_each
 from ..spans import Span
 
 __all__ = [
@@ -126,7 +126,7 @@ def _decode_records(reader: SpanReader, body: bytes, max_span_bytes: int) -> Bat
     spans, lost = records.spans_within(max_span_bytes if len(body) > max_span_bytes else None)
     if lost and not spans:
         raise IntakeError(400, "span_too_large", f"every span is over {max_span_bytes} bytes")
-    held = untracked([HeldSpan(span) for span in spans])
+    held = untracked_each(HeldSpan, spans)
     return Batch(held, sum(lost.values()), {t: {"span_too_large": n} for t, n in lost.items()})
 
 

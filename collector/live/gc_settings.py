@@ -11,7 +11,7 @@ holds each one's verdict, stage results and decisions until its sinks are done, 
 collection there rescanned them all (a collection every 50,000 allocations spent 78-84 ms
 of a 1.6 s run of bench/pipeline.py's default configuration; between steps, 11-28 ms).
 Where the compiled wire reader is built, the intake's spans are never tracked at all
-(`span_records.untracked`). (A load test's dispatcher needs short pauses rather than few:
+(`span_records.untracked_each`). (A load test's dispatcher needs short pauses rather than few:
 loadtest/idle_gc.py.)
 """
 

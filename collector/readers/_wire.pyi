@@ -1,9 +1,12 @@
 """Types of the compiled OTLP wire reader (`_wire.pyx`); see its docstring."""
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..spans import Span
 from .span_records import AttributeKeys, SpanRecords
+
+_T = TypeVar("_T")
 
 def read(data: bytes, source: str, keys: AttributeKeys, seed: int = 0) -> tuple[Any, ...]:
     """`SpanRecords`' fields, in order, for `data` (raises `TraceReadError`); `seed`
@@ -13,5 +16,5 @@ def spans(records: SpanRecords, max_span_bytes: int = -1) -> tuple[list[Span], d
     """`records`' spans, leaving out (and counting by trace id) those whose encoding is
     over `max_span_bytes` when it is 0 or more."""
 
-def untrack(objects: list[Any]) -> None:
-    """Take `objects` out of the cycle collector's sight (`span_records.untracked`)."""
+def wrap_each(cls: Callable[[Any], _T], items: list[Any]) -> list[_T]:
+    """`[cls(item) for item in items]`, untracked (`span_records.untracked_each`)."""

@@ -1536,11 +1536,29 @@ cdef inline bint _zeros(const uint8_t* p, Py_ssize_t n) noexcept nogil:
     return True
 
 
-def untrack(list objects):
-    """Take `objects` out of the cycle collector's sight (`span_records.untracked`)."""
-    cdef object item
-    for item in objects:
-        PyObject_GC_UnTrack(item)
+cdef dict _WRAPS = {}  # class -> where its objects keep their fields
+
+
+def wrap_each(cls, list items):
+    """`[cls(item) for item in items]`, out of the cycle collector's sight, for a slotted
+    dataclass whose first field takes the item and whose others default to None (the
+    intake's `HeldSpan`), made slot by slot (`_slots.pxi`)."""
+    cdef tuple at = _WRAPS.get(cls)
+    if at is None:
+        fields = _dataclass_fields(cls)
+        if hasattr(cls, "__post_init__") or any(f.default is not None for f in fields[1:]):
+            raise TypeError(f"{cls.__name__}'s fields past its first do not default to None")
+        at = _WRAPS[cls] = _slot_offsets(cls, tuple(f.name for f in fields))
+    cdef Py_ssize_t k, width = len(at)
+    cdef list out = []
+    for item in items:
+        obj = _new_span(cls)
+        _set_slot(obj, at[0], item)
+        for k in range(1, width):
+            _set_slot(obj, at[k], None)
+        PyObject_GC_UnTrack(obj)
+        out.append(obj)
+    return out
 
 
 def spans(records, Py_ssize_t max_span_bytes=-1):

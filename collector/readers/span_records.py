@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import struct
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -49,9 +49,10 @@ __all__ = [
     "SpanReader",
     "SpanRecords",
     "ValueType",
-    "untracked",
+    "untracked_each",
 ]
 
+S = TypeVar("S")
 T = TypeVar("T")
 
 COMPILED = _wire is not None  # whether this install has the compiled reader
@@ -239,15 +240,16 @@ class SpanReader:
         return records_from_protobuf(data, source, self.keys)
 
 
-def untracked(objects: list[T]) -> list[T]:
-    """`objects`, taken out of the cycle collector's sight where the compiled reader is
-    built (its `Span`s are already): for objects that can never be in a reference cycle
-    (the intake's `HeldSpan`s: a span and its protobuf original), which reference counting
-    alone frees. The assembly holds hundreds of thousands of them, which each collection
-    of the young generation would otherwise traverse."""
-    if _wire is not None:
-        _wire.untrack(objects)
-    return objects
+def untracked_each(cls: Callable[[S], T], items: list[S]) -> list[T]:
+    """`[cls(item) for item in items]`, out of the cycle collector's sight where the
+    compiled reader is built (its `Span`s are already), and made there in C: for a slotted
+    dataclass whose first field takes the item and whose others default to None, whose
+    objects can never be in a reference cycle (the intake's `HeldSpan` of each span, a
+    span and its protobuf original), which reference counting alone frees. The assembly
+    holds hundreds of thousands of them, which each collection of the young generation
+    would otherwise traverse."""
+    made: list[T] = [cls(item) for item in items] if _wire is None else _wire.wrap_each(cls, items)
+    return made
 
 
 def _use_compiled(compiled: bool | None) -> bool:

@@ -9,6 +9,7 @@ import gc
 import gzip
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 from spanbudget.collector.budget.loader import load_budget
+from spanbudget.collector.core.held import HeldSpan
 from spanbudget.collector.intake.otlp import Batch, IntakeError, decode_export
 from spanbudget.collector.live.pipeline import assemble
 from spanbudget.collector.live.settings import CollectorSettings
@@ -26,7 +28,9 @@ from spanbudget.collector.readers.span_records import (
     AttributeKeys,
     SpanReader,
     SpanRecords,
+    untracked_each,
 )
+from spanbudget.collector.spans import Span
 
 from tests.support.collector import BUDGET
 from tests.support.otlp import to_request
@@ -201,3 +205,21 @@ def test_the_intake_leaves_its_spans_to_reference_counting() -> None:
     # The held span's slot and the argument hold it, nothing else: freed with its batch.
     holders = sys.getrefcount(batch.spans[0].span)
     assert holders == 2
+
+
+def test_each_span_is_held_as_heldspan_makes_it() -> None:
+    """`untracked_each` makes in C what `HeldSpan(span)` makes, and refuses a class it
+    could not make so (a field past the first that is not None by default)."""
+    spans = WIRE.read(reference_body(1), "test").to_spans()
+    held = untracked_each(HeldSpan, spans)
+    assert held == [HeldSpan(span) for span in spans]
+    assert [type(h) for h in held] == [HeldSpan] * len(spans)
+    assert all(h.span is span for h, span in zip(held, spans, strict=True))
+
+    @dataclass(slots=True)
+    class Counted:
+        span: Span
+        count: int = 0
+
+    with pytest.raises(TypeError, match="default to None"):
+        untracked_each(Counted, spans)
