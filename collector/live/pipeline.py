@@ -184,7 +184,7 @@ def assemble(
         max_queue_spans=settings.intake.queue_spans,
         clock=clock,
         make_evaluator=make_evaluator,
-        annotate=annotate_with(None if scraper is None else scraper.samples),
+        annotate=None if scraper is None else annotate_with(scraper.samples),
         between_steps=collect_between_steps,
     )
     if journal is not None:  # it keeps their spans: judged whole after the next start
