@@ -49,6 +49,7 @@ __all__ = [
     "SpanReader",
     "SpanRecords",
     "ValueType",
+    "compiled_span_rows",
     "untracked_each",
 ]
 
@@ -238,6 +239,13 @@ class SpanReader:
         if self.compiled:
             return SpanRecords(*_wire.read(data, source, self.keys, self._seed))
         return records_from_protobuf(data, source, self.keys)
+
+
+def compiled_span_rows() -> Callable[[list[Span]], list[list[Any]]] | None:
+    """The span store's rows of a trace made in C (`_wire.span_rows`, held equal to
+    `span_store`'s own), or None without the compiled reader (or with
+    SPANBUDGET_PURE_PYTHON set)."""
+    return _wire.span_rows if _use_compiled(None) else None
 
 
 def untracked_each(cls: Callable[[S], T], items: list[S]) -> list[T]:

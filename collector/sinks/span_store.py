@@ -25,11 +25,12 @@ import lz4.block
 from .. import json_text
 from ..core.decisions import Decisions, Retention
 from ..core.metrics import CollectorMetrics
+from ..readers.span_records import compiled_span_rows
 from ..spans import Span, SpanEvent, SpanKind
 from .settings import StoreSettings
 from .store import connect, insert_rows
 
-__all__ = ["SpanSink", "SpanStore", "decode_spans", "encode_spans"]
+__all__ = ["SpanSink", "SpanStore", "decode_spans", "encode_spans", "span_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ _FORMATS = (1, 2, 3)
 # A body starting with this byte is LZ4 (a block with its size first); the rows written
 # before it are zlib streams, whose first byte is 0x78 at the window size we used.
 _LZ4 = b"L"
+_COMPILED_ROWS = compiled_span_rows()
 
 
 def encode_spans(spans: Sequence[Span]) -> bytes:
@@ -61,7 +63,18 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
     LZ4, not zlib: on that trace LZ4 compresses in 1.4 µs to 899 bytes, zlib's fastest
     level in 8.0 µs to 672, zstd's level 1 in 4.8 µs to 646 (measured side by side here);
     the span store's writes are the collector's hot path, its bytes a bounded file."""
-    rows = [
+    rows = span_rows(spans)
+    compressed: bytes = lz4.block.compress(json_text.dumps([_FORMAT, spans[0].trace_id, rows]))
+    return _LZ4 + compressed
+
+
+def span_rows(spans: Sequence[Span], *, compiled: bool = True) -> list[list[Any]]:
+    """What `encode_spans` writes of each span, in order; made in C where the compiled
+    reader is built (`span_records.compiled_span_rows`: 2.8 -> 1.4 µs a 12-span trace),
+    unless `compiled` is False: tests hold the two equal."""
+    if compiled and _COMPILED_ROWS is not None and type(spans) is list:
+        return _COMPILED_ROWS(spans)
+    return [
         [
             s.span_id,
             s.parent_span_id,
@@ -78,8 +91,6 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
         ]
         for s in spans
     ]
-    compressed: bytes = lz4.block.compress(json_text.dumps([_FORMAT, spans[0].trace_id, rows]))
-    return _LZ4 + compressed
 
 
 def _as_dict(attributes: Mapping[str, Any]) -> dict[str, Any]:

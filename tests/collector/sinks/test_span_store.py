@@ -10,10 +10,18 @@ import zlib
 from pathlib import Path
 
 import pytest
-from spanbudget.collector.sinks.span_store import SpanStore, decode_spans, encode_spans
+from hypothesis import HealthCheck, given, settings
+from spanbudget.collector.readers.span_records import AttributeKeys, SpanReader, compiled_span_rows
+from spanbudget.collector.sinks.span_store import (
+    SpanStore,
+    decode_spans,
+    encode_spans,
+    span_rows,
+)
 from spanbudget.collector.spans import Span
 
 from tests.support.collector import running_collector
+from tests.support.judging import marked_trees
 from tests.support.otlp import to_request
 from tests.support.traces import rag_trace
 
@@ -129,3 +137,21 @@ def test_keep_writes_on_the_store_s_thread_and_drops_beyond_its_queue(tmp_path: 
     store.prune(time.time() + 7200)  # queued behind the write, on the same thread
     store.close()  # drains and stops the thread
     assert _store(tmp_path / "s.db").count == 0
+
+
+@pytest.mark.skipif(compiled_span_rows() is None, reason="the compiled reader is not built")
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(marked_trees())
+def test_the_compiled_rows_are_the_pythons(spans: list[Span]) -> None:
+    """The rows `encode_spans` writes, made in C, are the Python's: values and their types,
+    for spans as given (dict attributes) and as the wire reader makes them."""
+    body = to_request(spans).SerializeToString()
+    read = SpanReader(AttributeKeys(every=True), compiled=True).read(body, "test").to_spans()
+    for trace in (spans, read):
+        got, expected = span_rows(trace), span_rows(trace, compiled=False)
+        assert got == expected
+        assert [[type(v) for v in row] for row in got] == [
+            [type(v) for v in row] for row in expected
+        ]
+        assert [list(row[7]) for row in got] == [list(row[7]) for row in expected]  # key order
+        assert decode_spans(encode_spans(trace)) == trace
