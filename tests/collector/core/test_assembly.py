@@ -1,10 +1,13 @@
 """Tail-based assembly: decision wait after the root, max age, bounds, duplicates, late spans,
-a restart's hold, and a flush that leaves rootless traces held."""
+a restart's hold, a flush that leaves rootless traces held, and traces due in the order
+they were last heard from, however their spans interleave."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from spanbudget.collector.core.assembly import Assembly
 from spanbudget.collector.core.held import HeldSpan
 from spanbudget.collector.spans import Span
@@ -141,3 +144,42 @@ def test_flush_can_leave_the_traces_without_their_root_held() -> None:
     assert [d.trace_id for d in assembly.flush(rootless=False)] == ["1" * 32]
     assert (len(assembly), assembly.span_count) == (1, len(rootless))
     assert [(d.trace_id, d.reason) for d in assembly.flush()] == [("2" * 32, "flush")]
+
+
+# A request's spans: (trace, span number, whether it is the root), in order.
+_BATCHES = st.lists(
+    st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 5), st.booleans()), max_size=12),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_BATCHES)
+def test_traces_are_due_in_the_order_they_were_last_heard_from(
+    batches: list[list[tuple[str, int, bool]]],
+) -> None:
+    """Whatever the spans' order (a trace's in a run, or interleaved with others'), the
+    count held is the spans taken (no duplicate, at most 4 a trace), and the traces with a
+    root come due in the order their last span taken came."""
+    assembly = _assembly(decision_wait=1.0, max_spans_per_trace=4)
+    taken: dict[str, set[int]] = {}
+    rooted: set[str] = set()
+    heard: dict[str, int] = {}
+    order = 0
+    for step, batch in enumerate(batches):
+        spans = [
+            Span(t * 32, f"{n + 1:016x}", "s", 0, 1, None if root else "f" * 16)
+            for t, n, root in batch
+        ]
+        assembly.add(_held(spans), float(step))
+        for t, n, root in batch:
+            numbers = taken.setdefault(t, set())
+            if n in numbers or len(numbers) >= 4:
+                continue
+            numbers.add(n)
+            rooted |= {t} if root else set()
+            heard[t], order = order, order + 1
+    assert assembly.span_count == sum(len(numbers) for numbers in taken.values())
+    due = [trace.trace_id[0] for trace in assembly.due(len(batches) + 1.0)]
+    assert due == sorted(rooted, key=heard.__getitem__)
