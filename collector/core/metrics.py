@@ -184,7 +184,7 @@ class CollectorMetrics:
         overrun: dict[tuple[Any, ...], tuple[int, str]] = {}
         for verdict in verdicts:
             budget, trace_id = verdict.budget, verdict.trace_id
-            key: tuple[Any, ...] = (self.traces, budget, verdict.status.value)
+            key: tuple[Any, ...] = (self.traces, budget, verdict.status._value_)
             counted[key] = counted.get(key, 0) + 1
             if verdict.ttft_ms is None:
                 continue  # no window: its stages' times cover the whole request
