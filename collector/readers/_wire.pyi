@@ -19,5 +19,6 @@ def spans(records: SpanRecords, max_span_bytes: int = -1) -> tuple[list[Span], d
 def wrap_each(cls: Callable[[Any], _T], items: list[Any]) -> list[_T]:
     """`[cls(item) for item in items]`, untracked (`span_records.untracked_each`)."""
 
-def span_rows(spans: list[Span]) -> list[list[Any]]:
-    """The span store's rows of one trace's spans (`span_records.span_rows`)."""
+def span_rows(spans: list[Span]) -> list[list[Any]] | None:
+    """The span store's rows of one trace's spans (`span_store.span_rows`); None where one
+    is not a `Span` itself."""

@@ -1542,15 +1542,17 @@ cdef inline object _slot(object obj, Py_ssize_t offset):
 
 
 def span_rows(list spans):
-    """The span store's rows of one trace's `spans` (`span_store.encode_spans`, which
-    holds the Python that this is held equal to): each `Span`'s fields in the stored order,
-    its kind's value, its attributes as a dict, its events as lists."""
+    """The span store's rows of one trace's `spans` (`span_store.span_rows`, which holds
+    the Python that this is held equal to): each `Span`'s fields in the stored order, its
+    kind's value, its attributes as a dict, its events as lists; None where one of them is
+    not a `Span` itself (a subclass's fields are read by the Python)."""
     cdef list out = []
     cdef Py_ssize_t n = len(spans), i
     for i in range(n):
+        if type(spans[i]) is not _Span:
+            return None
+    for i in range(n):
         span = spans[i]
-        if type(span) is not _Span:
-            raise TypeError(f"not a Span: {type(span).__name__}")
         attributes = _slot(span, _ATTRIBUTES)
         if type(attributes) is Attributes:
             attributes = (<Attributes>attributes).copy()

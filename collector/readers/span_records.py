@@ -241,7 +241,7 @@ class SpanReader:
         return records_from_protobuf(data, source, self.keys)
 
 
-def compiled_span_rows() -> Callable[[list[Span]], list[list[Any]]] | None:
+def compiled_span_rows() -> Callable[[list[Span]], list[list[Any]] | None] | None:
     """The span store's rows of a trace made in C (`_wire.span_rows`, held equal to
     `span_store`'s own), or None without the compiled reader (or with
     SPANBUDGET_PURE_PYTHON set)."""

@@ -3,6 +3,7 @@ and the store stays within its count, byte and age bounds, dropping the oldest f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import time
@@ -155,3 +156,15 @@ def test_the_compiled_rows_are_the_pythons(spans: list[Span]) -> None:
         ]
         assert [list(row[7]) for row in got] == [list(row[7]) for row in expected]  # key order
         assert decode_spans(encode_spans(trace)) == trace
+
+
+def test_the_rows_of_spans_of_a_subclass_are_read_as_the_python_reads_them() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Traced(Span):
+        extra: int = 0
+
+    spans = [
+        Traced(**{f: getattr(s, f) for f in Span.__dataclass_fields__}) for s in rag_trace().spans
+    ]
+    assert span_rows(spans) == span_rows(spans, compiled=False)
+    assert decode_spans(encode_spans(spans)) == rag_trace().spans
