@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -68,7 +69,11 @@ class Recorder:
 
 
 def _core(
-    budget: Budget, *sinks: Recorder, max_traces: int = 100, metrics: CollectorMetrics | None = None
+    budget: Budget,
+    *sinks: Recorder,
+    max_traces: int = 100,
+    metrics: CollectorMetrics | None = None,
+    between_steps: Callable[[], object] = lambda: None,
 ) -> JudgingCore:
     assembly = Assembly(
         decision_wait=60.0,  # nothing is due by itself: flush() decides
@@ -83,6 +88,7 @@ def _core(
         assembly=assembly,
         metrics=metrics or CollectorMetrics(CollectorRegistry()),
         max_queue_spans=10_000,
+        between_steps=between_steps,
     )
 
 
@@ -361,18 +367,9 @@ def test_spans_the_worker_is_adding_count_against_the_buffers_room(budget: Budge
 def test_between_steps_runs_on_the_worker_after_each_step_its_sinks_had(budget: Budget) -> None:
     recorder = Recorder()
     calls: list[tuple[str, int]] = []  # the thread, and the steps the sink had by then
-    core = JudgingCore(
+    core = _core(
         budget,
-        [recorder],
-        assembly=Assembly(
-            decision_wait=60.0,
-            max_age=600.0,
-            max_traces=10,
-            max_spans_per_trace=100,
-            decided_memory=100,
-        ),
-        metrics=CollectorMetrics(CollectorRegistry()),
-        max_queue_spans=1000,
+        recorder,
         between_steps=lambda: calls.append((threading.current_thread().name, len(recorder.steps))),
     )
     core.start()
