@@ -697,10 +697,10 @@ cdef class _Trace:
 
     cdef void apportion(self, int64_t total_ns) noexcept:
         """`verdict_rules.apportion`: `parts` in whole 0.01 ms `units` that add up to the
-        rounded total: each floored, and the units left over to the largest remainders,
-        the first of equals first. `total_ns` is below 2**53: a double holds it exactly."""
+        total as `round_ms` shows it: each floored, and the units left over to the largest
+        remainders, the first of equals first. `total_ns` is below 2**53."""
         cdef Py_ssize_t s, best, count = self.judge.stage_count + 1
-        cdef int64_t left = <int64_t>rint(<double>total_ns / <double>_UNIT_NS)
+        cdef int64_t left = <int64_t>rint(<double>self.judge._round(total_ns) * 100.0)
         for s in range(count):
             self.units[s] = self.parts[s] // _UNIT_NS
             self.taken[s] = 0

@@ -54,12 +54,13 @@ def round_ms(ns: int) -> float:
 
 
 def apportion(parts_ns: list[int], total_ns: int) -> list[float]:
-    """Round parts to 0.01 ms so that they still add up to the rounded total exactly.
+    """Round parts to 0.01 ms so that they still add up to the rounded total exactly: the
+    total as `round_ms` shows it (the verdict's `ttft_ms`), ties included.
 
     Largest-remainder rounding: each part is floored to whole units, and the units left
     over go to the parts with the largest remainders, the first of equals first.
     """
-    total_units = round(total_ns / UNIT_NS)
+    total_units = round(round_ms(total_ns) * 100)
     floors = [part // UNIT_NS for part in parts_ns]
     left = total_units - sum(floors)
     order = sorted(range(len(parts_ns)), key=lambda i: parts_ns[i] % UNIT_NS, reverse=True)
