@@ -1,7 +1,8 @@
-"""Slow and vanishing clients against `spanbudget collect`: a connection that never
-finishes its headers is closed after the header timeout, a body that never finishes is
-answered 408 after the body timeout, and an upload cut short is one log line, not a
-traceback. Before, a hundred such connections each kept a descriptor for ever."""
+"""Slow, vanishing and oversized clients against `spanbudget collect`: a connection that
+never finishes its headers is closed after the header timeout, headers past their bound
+are refused at once, a body that never finishes is answered 408 after the body timeout,
+and an upload cut short is one log line, not a traceback. Before, a hundred such
+connections each kept a descriptor for ever."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ from tests.deploy.processes import spanbudget_command, start_process, stop_proce
 from tests.support.servers import free_port, wait_until
 
 pytestmark = pytest.mark.timing  # the timeouts are one second
+
+# A request line and headers past this are refused: h11's bound (DEFAULT_MAX_INCOMPLETE_
+# EVENT_SIZE), which uvicorn keeps.
+HEAD_LIMIT_BYTES = 16 * 1024
 
 SLOW = 100
 TIMEOUT_S = 1.0
@@ -108,3 +113,30 @@ def test_a_body_that_never_finishes_is_408_and_a_cut_upload_one_line(
     text = log.read_text()
     assert "Traceback" not in text
     assert text.count("aborted") == 3  # one line each
+
+
+def test_a_request_head_past_its_bound_is_refused_and_the_next_is_served(
+    collector: tuple[int, int, Path],
+) -> None:
+    """Headers that keep coming (within the header timeout) are refused once past
+    HEAD_LIMIT_BYTES, not held: 400 at once and the connection closed; a keep-alive
+    connection's second request, whose head the deadline waits for again, is answered
+    as the first."""
+    port, _, log = collector
+    line = b"X-Filler: " + b"a" * 1000 + b"\r\n"
+    head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + line * (
+        HEAD_LIMIT_BYTES // len(line) + 3
+    )
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(5)
+        started = time.monotonic()
+        sock.sendall(head)  # one write, never finished: only the bound answers it at once
+        answer = b""
+        while chunk := sock.recv(4096):  # to the end: the server closes after its answer
+            answer += chunk
+        waited = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:80]
+    assert waited < TIMEOUT_S / 2  # refused and closed at once, not by the header deadline
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:  # one connection
+        assert [client.get("/healthz").status_code for _ in range(2)] == [200, 200]
+    assert "Traceback" not in log.read_text()
