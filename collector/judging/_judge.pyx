@@ -41,7 +41,7 @@ from ..budget.recognize import (
     SCOPE_PREFIXES,
     Instrumentation,
 )
-from ..spans import SpanKind, same_host, seconds_value
+from ..spans import Span, SpanKind, same_host, seconds_value
 from .llm_calls import (
     ASGI_EVENT,
     COUNTS,
@@ -451,13 +451,13 @@ cdef class CompiledJudge:
 
     cdef int own_stage(self, object span, object name, bint is_root) except -2:
         """`StageTable.stage`: the first stage with a matching selector, -1 for none."""
-        kind, service = span.kind, span.service
+        kind, service = _field(span, _KIND_AT, "kind"), _field(span, _SERVICE_AT, "service")
         key = (name, kind, service, is_root)
         cdef PyObject* kept = PyDict_GetItem(self.memo, key)
         decision = self.decide(name, kind, service, is_root) if kept is NULL else <object>kept
         if type(decision) is str:
             return self.stage_index(decision)
-        return self.stage_index(_resolve(decision, span.attributes))
+        return self.stage_index(_resolve(decision, _field(span, _ATTRIBUTES_AT, "attributes")))
 
     cdef object _judged(
         self, _Trace trace, int64_t uncovered, int64_t window_start, int64_t window_end,
@@ -748,7 +748,7 @@ cdef class _Trace:
         cdef Row* row
         cdef list spans = self.spans
         for pos in range(n):
-            span_id = spans[pos].span_id
+            span_id = _field(spans[pos], _SPAN_ID_AT, "span_id")
             h = PyObject_Hash(span_id)
             slot = <Py_ssize_t>(<size_t>h & <size_t>self.slot_mask)
             row = &self.rows[pos]
@@ -768,9 +768,12 @@ cdef class _Trace:
             if row.parent == -2:
                 continue
             span = spans[pos]
-            if not (_time_ns(span.start_ns, &row.start) and _time_ns(span.end_ns, &row.end)):
+            if not (
+                _time_ns(_field(span, _START_AT, "start_ns"), &row.start)
+                and _time_ns(_field(span, _END_AT, "end_ns"), &row.end)
+            ):
                 return GIVE_BACK
-            parent_id = span.parent_span_id
+            parent_id = _field(span, _PARENT_AT, "parent_span_id")
             if parent_id is not None:
                 parent = self.find(parent_id)
                 if parent >= 0 and parent != pos:
@@ -862,14 +865,14 @@ cdef class _Trace:
         cdef int64_t start, end, duration, parent_duration, moved
         cdef int own
         span = self.spans[pos]
-        name = span.name
+        name = _field(span, _NAME_AT, "name")
         node.row = pos
         node.phase = 0
         node.parent = parent
         node.kid_count = 0
         node.self_ns = 0
         node.on_path = False
-        kind = span.kind
+        kind = _field(span, _KIND_AT, "kind")
         node.producer = kind is _PRODUCER
         node.consumer = kind is _CONSUMER
         node.client = kind is _CLIENT
@@ -938,7 +941,7 @@ cdef class _Trace:
 
     cdef int add_phases(self, Py_ssize_t index, object span) except -1:
         """`flat._add_phases`: vLLM's phases as children of node `index`."""
-        attributes = span.attributes
+        attributes = _field(span, _ATTRIBUTES_AT, "attributes")
         cdef double ttft, queue = 0.0, prefill
         cdef int64_t ttft_ns, queue_ns, prefill_ns
         if not _seconds(_get(attributes, GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN), &ttft):
@@ -1030,7 +1033,7 @@ cdef class _Trace:
             if node.row < 0:
                 continue
             span = self.spans[node.row]
-            attributes = span.attributes
+            attributes = _field(span, _ATTRIBUTES_AT, "attributes")
             m = -1
             for key, names, anchor, match, child in self.judge.marks:
                 m += 1
@@ -1296,7 +1299,28 @@ cdef bint _is_llm_call(object span, object attributes) except -1:
     value = _get(attributes, LLM_REQUEST_TYPE)
     if value is not None and (value == "chat" or value == "completion"):
         return True
-    return span.name == VLLM_REQUEST_SPAN
+    return _field(span, _NAME_AT, "name") == VLLM_REQUEST_SPAN
+
+
+# Where a `Span` keeps the fields the walks read most (`_slots.pxi`): read from there for a
+# `Span` itself, by name for anything else.
+cdef object _SPAN_TYPE = Span
+cdef Py_ssize_t _SPAN_ID_AT = _slot_offset(Span, "span_id")
+cdef Py_ssize_t _PARENT_AT = _slot_offset(Span, "parent_span_id")
+cdef Py_ssize_t _ATTRIBUTES_AT = _slot_offset(Span, "attributes")
+cdef Py_ssize_t _NAME_AT = _slot_offset(Span, "name")
+cdef Py_ssize_t _START_AT = _slot_offset(Span, "start_ns")
+cdef Py_ssize_t _END_AT = _slot_offset(Span, "end_ns")
+cdef Py_ssize_t _KIND_AT = _slot_offset(Span, "kind")
+cdef Py_ssize_t _SERVICE_AT = _slot_offset(Span, "service")
+cdef Py_ssize_t _EVENTS_AT = _slot_offset(Span, "events")
+cdef Py_ssize_t _SCOPE_AT = _slot_offset(Span, "scope")
+
+
+cdef inline object _field(object span, Py_ssize_t at, str name):
+    if type(span) is _SPAN_TYPE:
+        return <object>(<PyObject**>((<char*><PyObject*>span) + at))[0]
+    return getattr(span, name)
 
 
 def scan(spans, frozenset keys, frozenset events):
@@ -1308,16 +1332,16 @@ def scan(spans, frozenset keys, frozenset events):
     cdef Py_ssize_t orphans = 0
     cdef PyObject* kids
     for span in spans:
-        span_id = span.span_id
+        span_id = _field(span, _SPAN_ID_AT, "span_id")
         PyDict_SetItem(by_id, span_id, span)
-        parent = span.parent_span_id
+        parent = _field(span, _PARENT_AT, "parent_span_id")
         if parent is not None:
             kids = PyDict_GetItem(children, parent)
             if kids is NULL:
                 PyDict_SetItem(children, parent, [span])
             else:
                 (<list>kids).append(span)
-        attributes = span.attributes
+        attributes = _field(span, _ATTRIBUTES_AT, "attributes")
         called = _is_llm_call(span, attributes)
         if not called and keys:
             for key in keys:
@@ -1325,7 +1349,7 @@ def scan(spans, frozenset keys, frozenset events):
                     called = True
                     break
         if not called and events:
-            for event in span.events:
+            for event in _field(span, _EVENTS_AT, "events"):
                 if event.name in events:
                     called = True
                     break
@@ -1352,7 +1376,7 @@ def scan(spans, frozenset keys, frozenset events):
                 told = True
                 break
     for span in spans:
-        parent = span.parent_span_id
+        parent = _field(span, _PARENT_AT, "parent_span_id")
         if parent is None or PyDict_GetItem(by_id, parent) is NULL:
             orphans += 1
     return by_id, children, calls, call_ids, outermost or calls, told, orphans
@@ -1363,7 +1387,7 @@ cdef bint _has_ancestor_in(object span, set ids, dict by_id) except -1:
     cycle is walked once round)."""
     cdef Py_ssize_t seen = 0, count = len(by_id)
     cdef PyObject* above
-    parent = span.parent_span_id
+    parent = _field(span, _PARENT_AT, "parent_span_id")
     while parent is not None and seen < count:
         above = PyDict_GetItem(by_id, parent)
         if above is NULL:
@@ -1441,7 +1465,7 @@ def recognize(spans):
     cdef PyObject* known
     cdef Py_ssize_t i
     for span in spans:
-        scope = span.scope
+        scope = _field(span, _SCOPE_AT, "scope")
         if scope:
             known = PyDict_GetItem(scopes, scope)
             if known is NULL:
@@ -1454,21 +1478,21 @@ def recognize(spans):
             else:
                 bit = <object>known
             found |= bit
-        attributes = span.attributes
+        attributes = _field(span, _ATTRIBUTES_AT, "attributes")
         for key, library_bit in _KEY_BITS:
             if _has(attributes, key):
                 found |= <long>library_bit
         value = _get(attributes, _SDK_KEY)
         if value is not None and value == _SDK_OPENLIT:
             found |= _OPENLIT_BIT
-        events = span.events
+        events = _field(span, _EVENTS_AT, "events")
         if events:
             for names, library_bit in _EVENT_BITS:
                 for event in events:
                     if event.name in names:
                         found |= <long>library_bit
                         break
-        name = span.name
+        name = _field(span, _NAME_AT, "name")
         if name == VLLM_REQUEST_SPAN:
             requests = True
             prefill = prefill or _has(attributes, GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL)
@@ -1491,7 +1515,7 @@ def call_attributes(call, below):
     for span in itertools.chain((call,), below):
         if len(out) == wanted:
             break
-        attributes = span.attributes
+        attributes = _field(span, _ATTRIBUTES_AT, "attributes")
         if GEN_AI_REQUEST_MODEL not in out:
             value = _first_text(attributes, MODEL_KEYS)
             if value is not None:

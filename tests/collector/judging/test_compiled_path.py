@@ -110,6 +110,23 @@ def test_traces_in_a_parent_cycle_go_to_the_tree() -> None:
     assert_same(paths(BUDGET), [a, b])
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(marked_trees(), st.sampled_from(PRESETS))
+def test_spans_of_a_span_subclass_are_judged_as_spans(spans: list[Span], preset: str) -> None:
+    """The compiled walks read a `Span`'s fields where its slots are; those of a subclass
+    (which may keep them elsewhere) by name: judged alike."""
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Traced(Span):
+        extra: int = 0
+
+    fields = [f.name for f in dataclasses.fields(Span)]
+    subclassed = [Traced(**{f: getattr(s, f) for f in fields}) for s in spans]
+    for evaluator in paths(load_preset(preset).budget):
+        judged = evaluator.judge(spans, evaluated_at=NOW)
+        assert evaluator.judge(subclassed, evaluated_at=NOW) == judged
+
+
 def test_the_compiled_path_is_built_from_this_source() -> None:
     """`make test` installs spanbudget, which compiles `_judge.pyx`: the suite must run
     on it, and not on a build older than the source."""
