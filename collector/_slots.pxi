@@ -1,8 +1,9 @@
-# Fields of a slotted class written where its member descriptors keep them: what
-# `object.__setattr__` comes to for such a field, without the attribute look-up and the
-# descriptor's call. Only for an object just made (`tp_alloc` left every slot empty): an
-# old value would not be released. Included by the compiled wire reader and the compiled
-# evaluator, which make a `Span`, a verdict and its stage results so, every field once.
+# Fields of a slotted class written and read where its member descriptors keep them: what
+# `object.__setattr__` and attribute access come to for such a field, without the
+# attribute look-up and the descriptor's call. Written only on an object just made
+# (`tp_alloc` left every slot empty): an old value would not be released; read only where
+# every slot is filled (a `Span`'s). Included by the compiled wire reader and the compiled
+# evaluator, which make a `Span`, a verdict and its stage results so, and read `Span`s.
 
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
@@ -38,3 +39,7 @@ cdef tuple _slot_offsets(object cls, tuple names):
 cdef inline void _set_slot(object obj, Py_ssize_t offset, object value) noexcept:
     Py_INCREF(value)
     (<PyObject**>((<char*><PyObject*>obj) + offset))[0] = <PyObject*>value
+
+
+cdef inline object _get_slot(object obj, Py_ssize_t offset):
+    return <object>(<PyObject**>((<char*><PyObject*>obj) + offset))[0]

@@ -16,14 +16,13 @@ __all__ = ["Annotate", "annotate_with"]
 Annotate = Callable[[Sequence[Span]], dict[str, str | int | float | bool]]
 
 
-def annotate_with(samples: EngineSamples | None) -> Annotate:
-    """What a trace's verdict carries besides its own: with `samples`, the engine's state
-    when the request arrived (counts as integers) and how old that scrape was."""
+def annotate_with(samples: EngineSamples) -> Annotate:
+    """What a trace's verdict carries besides its own: the engine's state in `samples` when
+    the request arrived (counts as integers) and how old that scrape was. Without an
+    engine to scrape, the core is given no `Annotate` at all."""
 
     def annotate(spans: Sequence[Span]) -> dict[str, str | int | float | bool]:
         out: dict[str, str | int | float | bool] = {}
-        if samples is None:
-            return out
         arrived = arrival_ns(spans)
         found = None if arrived is None else samples.at(arrived)
         if found is not None:

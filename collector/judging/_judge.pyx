@@ -1319,7 +1319,7 @@ cdef Py_ssize_t _SCOPE_AT = _slot_offset(Span, "scope")
 
 cdef inline object _field(object span, Py_ssize_t at, str name):
     if type(span) is _SPAN_TYPE:
-        return <object>(<PyObject**>((<char*><PyObject*>span) + at))[0]
+        return _get_slot(span, at)
     return getattr(span, name)
 
 

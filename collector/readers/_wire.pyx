@@ -1536,11 +1536,6 @@ cdef inline bint _zeros(const uint8_t* p, Py_ssize_t n) noexcept nogil:
     return True
 
 
-cdef inline object _slot(object obj, Py_ssize_t offset):
-    """The object in the slot at `offset` of `obj` (a `Span`'s, all filled)."""
-    return <object>(<PyObject**>((<char*><PyObject*>obj) + offset))[0]
-
-
 def span_rows(list spans):
     """The span store's rows of one trace's `spans` (`span_store.span_rows`, which holds
     the Python that this is held equal to): each `Span`'s fields in the stored order, its
@@ -1553,25 +1548,25 @@ def span_rows(list spans):
             return None
     for i in range(n):
         span = spans[i]
-        attributes = _slot(span, _ATTRIBUTES)
+        attributes = _get_slot(span, _ATTRIBUTES)
         if type(attributes) is Attributes:
             attributes = (<Attributes>attributes).copy()
         elif type(attributes) is not dict:
             attributes = dict(attributes)
-        events = _slot(span, _EVENTS)
+        events = _get_slot(span, _EVENTS)
         out.append([
-            _slot(span, _SPAN_ID),
-            _slot(span, _PARENT),
-            _slot(span, _NAME),
-            _slot(span, _START),
-            _slot(span, _END),
-            _slot(span, _KIND)._value_,
-            _slot(span, _SERVICE),
+            _get_slot(span, _SPAN_ID),
+            _get_slot(span, _PARENT),
+            _get_slot(span, _NAME),
+            _get_slot(span, _START),
+            _get_slot(span, _END),
+            _get_slot(span, _KIND)._value_,
+            _get_slot(span, _SERVICE),
             attributes,
-            _slot(span, _ERROR),
-            _slot(span, _HOST),
+            _get_slot(span, _ERROR),
+            _get_slot(span, _HOST),
             [list(event) for event in events] if events else (),
-            _slot(span, _SCOPE),
+            _get_slot(span, _SCOPE),
         ])
     return out
 
