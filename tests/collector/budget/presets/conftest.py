@@ -43,7 +43,7 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], ZooRun]:
         if variant not in runs:
             try:
                 runs[variant] = run_variant(variant, tmp_path_factory.mktemp(variant))
-            except AssertionError as error:
+            except Exception as error:  # an assertion, or a process that did not start
                 failed[variant] = f"the zoo's {variant} run failed: {error}"
                 raise
         return runs[variant]

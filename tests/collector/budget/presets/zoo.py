@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spanbudget.app.processes import Child, Supervisor
+from spanbudget.app.processes import Child, ChildFailed, Supervisor
 from spanbudget.collector.budget.loader import load_budget
 from spanbudget.collector.check import evaluate_spans
 from spanbudget.collector.judging.verdict import Verdict
@@ -155,10 +155,7 @@ def run_variant(variant: str, out: Path) -> ZooRun:
             engine_args = (
                 [] if engine is None else ["--engine", engine.health_url.removesuffix("/health")]
             )
-            base = f"http://127.0.0.1:{free_port()}"
-            server = [str(server_python), str(SERVER), "--port", base.rsplit(":", 1)[1],
-                      "--otlp", otlp.url, *engine_args]  # fmt: skip
-            supervisor.start(Child("server", server, f"{base}/health", out / "server.log", _ENV))
+            base = _start_server(supervisor, server_python, [*engine_args, "--otlp", otlp.url], out)
             if engine is not None:
                 supervisor.wait_healthy(engine, 60)
             env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | _ENV
@@ -181,6 +178,29 @@ def run_variant(variant: str, out: Path) -> ZooRun:
         spans = read_traces(spans_path)  # as `spanbudget check` reads the file
         collected = _settled_verdicts(collector, receiver, spans)
     return ZooRun(variant, report, spans_path, spans, collected, time.monotonic() - began)
+
+
+def _start_server(
+    supervisor: Supervisor, python: Path, arguments: list[str], out: Path, tries: int = 3
+) -> str:
+    """The zoo's server started and answering /health; its base URL. Its port was free a
+    moment before the server binds it, and another process may take it meanwhile: a server
+    that exits before it answers is started again on another port. One that neither answers
+    nor exits within a minute fails the run, with its log."""
+    for attempt in range(1, tries + 1):
+        base = f"http://127.0.0.1:{free_port()}"
+        command = [str(python), str(SERVER), "--port", base.rsplit(":", 1)[1], *arguments]
+        child = Child("server", command, f"{base}/health", out / "server.log", _ENV)
+        supervisor.start(child)
+        try:
+            supervisor.wait_healthy(child, 60)
+            break
+        except ChildFailed:
+            assert child.process is not None
+            if child.process.poll() is None or attempt == tries:
+                raise
+            supervisor.children.remove(child)
+    return base
 
 
 def _start_engine(supervisor: Supervisor, otlp: str, out: Path) -> Child:
