@@ -75,7 +75,7 @@ test-install: $(STAMP)
 # each headline figure, its aim and its ratio to the floor measured in the same run.
 # tests/bench runs each of them in its --quick mode (so `make test` and CI do).
 BENCH_SUMMARY := $(abspath .bench-summary.jsonl)
-BENCHES := evaluate instructions readers wire pipeline overload ui loadgen engine gateway cpu interop
+BENCHES := evaluate instructions readers wire journal pipeline overload ui loadgen engine gateway cpu interop
 bench: $(STAMP) binaries
 	rm -f $(BENCH_SUMMARY)
 	set -e; for b in $(BENCHES); do \

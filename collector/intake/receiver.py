@@ -1,8 +1,9 @@
 """From an accepted OTLP export body to the judging core, whatever carried it.
 
 `Intake.receive` decodes a body within the limits (`otlp.decode_export`), refuses the
-spans past a trace's bound, writes the body to the journal before the core can decide its
-traces, and offers the spans to the core; the transport (`http.OtlpHttp`,
+spans past a trace's bound, registers its traces with the journal before the core can
+decide them, offers the spans to the core and, once it took them, writes the body to the
+journal; the transport (`http.OtlpHttp`,
 `grpc_server.GrpcIntake`) answers with what it returns or raises. `Intake.replay_journal`
 offers again, at start, what the last process acknowledged and did not decide, and holds
 every trace for the replay wait: the rest of those traces is on its way from the senders'
@@ -110,17 +111,16 @@ class Intake:
             )
         journal, seq = self.journal, None
         if journal is not None and spans:  # registered before the core can decide them
-            seq = journal.append(
-                body,
-                {held.span.trace_id for held in spans},
-                content_type=content_type,
-                content_encoding=content_encoding,
-            )
+            seq = journal.register({held.span.trace_id for held in spans})
         if not self.core.offer(spans, lost=batch.lost):
             if seq is not None:
                 journal.cancel(seq)  # type: ignore[union-attr]
             metrics.spans_rejected.labels("queue_full").inc(len(spans))
             raise IntakeError(503, "queue_full", QUEUE_FULL)
+        if seq is not None:  # on disk before the answer; a refused body never is
+            journal.write(  # type: ignore[union-attr]
+                seq, body, content_type=content_type, content_encoding=content_encoding
+            )
         metrics.spans_received.inc(len(spans))
         return batch
 

@@ -130,9 +130,9 @@ class CollectorSettings(BaseSettings):
 
     @property
     def journal_path(self) -> Path | None:
-        """The durable intake's journal (`intake.journal`), `verdicts.intake.db`; None when
-        it is off or the store is in memory."""
-        return self.store.beside("intake.db") if self.intake.journal else None
+        """The durable intake's journal (`intake.journal`), the directory `verdicts.intake`;
+        None when it is off or the store is in memory."""
+        return self.store.beside("intake") if self.intake.journal else None
 
 
 def nest(flat: Mapping[str, Any]) -> dict[str, Any]:

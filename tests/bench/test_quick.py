@@ -22,6 +22,7 @@ LIGHT = {
     "evaluate.py": ("evaluate (long-lived Evaluator)", 1),
     "readers.py": ("decode + spans_from_otlp", 1),
     "wire.py": ("compiled wire reader", 2),
+    "journal.py": ("segment files (this release)", 1),
     "pipeline.py": ("full pipeline, in-process", 1),
     "overload.py": ("never wait", 1),
     "ui.py": ("overview, everything (100%)", 1),

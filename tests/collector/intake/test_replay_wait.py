@@ -47,7 +47,7 @@ def test_after_a_restart_with_traces_in_flight_a_root_retried_first_waits_for_th
     """Trace a's first part was acknowledged before a kill -9 (it is in the journal); trace
     b was refused whole during the restart. Both roots come back before their children."""
     a, b = "a1" * 16, "b2" * 16
-    journal = Journal(tmp_path / "verdicts.intake.db")  # what the killed process left
+    journal = Journal(tmp_path / "verdicts.intake")  # what the killed process left
     body = to_request(parts(a)[0]).SerializeToString()
     journal.append(body, {a}, content_type=PROTOBUF, content_encoding=None)
     journal.close()
@@ -83,7 +83,7 @@ def test_stopped_with_traces_in_flight_it_leaves_the_rootless_ones_to_its_journa
         assert store.get(d) is None
     finally:
         store.close()
-    journal = Journal(tmp_path / "verdicts.intake.db")
+    journal = Journal(tmp_path / "verdicts.intake")
     assert len(list(journal.entries())) == 1
     journal.close()
     with running_collector(tmp_path, replay_wait_seconds=0.5) as collector:

@@ -125,7 +125,7 @@ def test_collect_reloads_on_sighup_and_flushes_on_sigterm(tmp_path: Path) -> Non
         assert {store.get(c * 32)["budget"] for c in "12"} == {"rag-ttft"}  # type: ignore[index]
     finally:
         store.close()
-    journal = Journal(tmp_path / "v.intake.db")  # ... but kept for the next start
+    journal = Journal(tmp_path / "v.intake")  # ... but kept for the next start
     try:
         assert len(list(journal.entries())) == 1
     finally:
