@@ -24,7 +24,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 from spanbudget.common.durations import parse_since
 
-from ..alerts.engine import AlertEngine, RuleState
+from ..alerts.budgets import BudgetAlerts
+from ..alerts.engine import RuleState
 from ..budget.model import Budget
 from ..core.metrics import render
 from ..intake.grpc_server import GrpcIntake
@@ -61,7 +62,7 @@ def create_app(
     budget: Callable[[], Budget],
     ready: Callable[[], bool],
     registry: CollectorRegistry,
-    alerts: AlertEngine | None = None,
+    alerts: BudgetAlerts | None = None,
     spans: SpanSource | None = None,
     jaeger_ui: str | None = None,
     read_token: str | None = None,
@@ -152,6 +153,7 @@ def create_app(
         rules = [status.to_dict() for status in alerts.rule_states()]
         return {
             "budget": alerts.budget.name,
+            "budgets": [engine.budget.name for engine in alerts.engines()],
             "window_scale": settings.window_scale,
             "min_traces": settings.min_judged,
             "min_overruns": settings.min_overruns,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from ..alerts.engine import AlertEngine
+from ..alerts.budgets import BudgetAlerts
 from ..alerts.sinks import Dispatcher
 from ..budget.loader import BudgetError, load_budget
 from ..budget.model import Budget
@@ -64,7 +64,7 @@ class Pipeline:
     metrics: CollectorMetrics
     store: VerdictStore
     spans: SpanStore | None  # the judged traces' spans, for the web UI's trace page
-    alerts: AlertEngine | None  # the burn-rate rules, None without them
+    alerts: BudgetAlerts | None  # the burn-rate rules, None without them
     dispatcher: Dispatcher | None  # sends the rules' alerts to the log, Alertmanager, a webhook
     forwarder: Forwarder | None
     pull: JaegerPull | None = None  # traces other collectors sent to Jaeger, judged here
@@ -156,7 +156,7 @@ def assemble(
             ui_url=settings.public_base_url,
             jaeger_ui=settings.jaeger_ui,
             state_path=settings.alert_state_path,
-            history=lambda since: store.judged_since(since, budget.name),
+            history=store.judged_since,
         )
     scraper = None
     if settings.engine.url is not None:

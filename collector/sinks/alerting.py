@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from ..alerts.budgets import BudgetAlerts
 from ..alerts.engine import AlertEngine, AlertSettings
 from ..alerts.persist import AlertStateFile
 from ..alerts.sinks import (
@@ -16,7 +17,9 @@ from ..alerts.sinks import (
     LogSink,
     WebhookSink,
 )
+from ..budget.loader import load_preset
 from ..budget.model import Budget
+from ..budget.presets import preset_names
 from ..core.decisions import Decisions
 from ..core.metrics import CollectorMetrics
 from .settings import AlertsSettings
@@ -25,22 +28,23 @@ __all__ = ["AlertsSink", "build_alerts"]
 
 
 class AlertsSink:
-    """The burn-rate alert engine as a sink: each step's verdicts feed its windows, and a
-    budget the core switched to restarts them (`AlertEngine.set_budget`), so that the core
-    stays the one owner of the current budget. The engine's timer and its dispatcher are
-    started and closed with the collector (`pipeline.Pipeline`)."""
+    """The burn-rate alert rules as a sink: each step's verdicts feed the windows of their
+    budget's rules, and a budget the core switched to restarts the rules of the budget in
+    effect (`AlertEngine.set_budget`), so that the core stays the one owner of the current
+    budget. The rules' timers and their dispatcher are started and closed with the
+    collector (`pipeline.Pipeline`)."""
 
     name = "alerts"
 
-    def __init__(self, engine: AlertEngine) -> None:
-        self.engine = engine
+    def __init__(self, alerts: BudgetAlerts) -> None:
+        self.alerts = alerts
 
     def consume(self, decisions: Decisions) -> None:
-        if decisions.budget != self.engine.budget:
-            self.engine.set_budget(decisions.budget)
+        if decisions.budget != self.alerts.budget:
+            self.alerts.set_budget(decisions.budget)
         verdicts = decisions.verdicts()
         if verdicts:
-            self.engine.on_verdicts(verdicts)
+            self.alerts.on_verdicts(verdicts)
 
     def close(self) -> None:
         return None
@@ -54,12 +58,17 @@ def build_alerts(
     ui_url: str,
     jaeger_ui: str | None,
     state_path: Path | None,
-    history: Callable[[float], Iterable[tuple[float, str, frozenset[str]]]],
-) -> tuple[AlertEngine, Dispatcher]:
-    """The burn-rate rules and their dispatcher: to the log always, to Alertmanager and the
-    webhook when `settings` name them. `history(since)` gives what the store judged since
-    then: the windows see it again, as after a Prometheus restart, so that a firing alert
-    stays the same alert (no second page) and a pending rule keeps its clock."""
+    history: Callable[[float, str], Iterable[tuple[float, str, frozenset[str]]]],
+    preset: Callable[[str], Budget] = lambda name: load_preset(name).budget,
+) -> tuple[BudgetAlerts, Dispatcher]:
+    """The burn-rate rules of the budget in effect and of each preset that judges a trace,
+    and their dispatcher: to the log always, to Alertmanager and the webhook when
+    `settings` name them. `history(since, budget name)` gives what the store judged of
+    that budget since then: the windows see it again, as after a Prometheus restart, so
+    that a firing alert stays the same alert (no second page) and a pending rule keeps its
+    clock. The budget in effect saves its rules' state in `state_path`, a preset's beside
+    it under its budget's name (`verdicts.alerts.<name>.json`); a preset with a saved
+    state has its rules made at once, to carry its alerts on across the restart."""
     sinks: list[AlertSink] = [LogSink()]
     if settings.alertmanager:
         sinks.append(AlertmanagerSink(settings.alertmanager, resend_s=settings.resend_seconds))
@@ -68,19 +77,31 @@ def build_alerts(
     dispatcher = Dispatcher(
         sinks, on_failure=lambda sink: metrics.export_failures.labels(sink).inc()
     )
-    engine = AlertEngine(
-        budget,
-        dispatcher.send,
-        AlertSettings(
-            window_scale=settings.window_scale,
-            min_judged=settings.min_traces,
-            min_overruns=settings.min_overruns,
-            resend_s=settings.resend_seconds,
-            tick_s=settings.tick_seconds,
-            ui_url=ui_url,
-            jaeger_ui=jaeger_ui or "",
-        ),
-        state=None if state_path is None else AlertStateFile(state_path),
+    rules = AlertSettings(
+        window_scale=settings.window_scale,
+        min_judged=settings.min_traces,
+        min_overruns=settings.min_overruns,
+        resend_s=settings.resend_seconds,
+        tick_s=settings.tick_seconds,
+        ui_url=ui_url,
+        jaeger_ui=jaeger_ui or "",
     )
-    engine.restore(history(time.time() - engine.history_s))
-    return engine, dispatcher
+
+    def state_of(judging: Budget) -> AlertStateFile | None:
+        if state_path is None:
+            return None
+        if judging.name == budget.name:
+            return AlertStateFile(state_path)
+        return AlertStateFile(state_path.with_name(f"{state_path.stem}.{judging.name}.json"))
+
+    def make(judging: Budget) -> AlertEngine:
+        engine = AlertEngine(judging, dispatcher.send, rules, state=state_of(judging))
+        engine.restore(history(time.time() - engine.history_s, judging.name))
+        return engine
+
+    def saved(judging: Budget) -> bool:
+        state = state_of(judging)
+        return judging.name != budget.name and state is not None and state.path.exists()
+
+    restored = [b for b in map(preset, preset_names()) if saved(b)] if state_path else []
+    return BudgetAlerts(budget, make, preset, restored=restored), dispatcher

@@ -22,7 +22,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 from spanbudget.common.durations import parse_since
 
-from ..alerts.engine import AlertEngine
+from ..alerts.budgets import BudgetAlerts
 from ..annotations import LOADTEST_RUN_ID
 from ..budget.model import Budget
 from ..charts import (
@@ -105,7 +105,7 @@ def ui_router(
     store: VerdictStore,
     columns: VerdictColumns,
     spans: SpanSource,
-    alerts: AlertEngine | None = None,
+    alerts: BudgetAlerts | None = None,
     jaeger_ui: str | None = None,
 ) -> APIRouter:
     """The pages over the verdicts in `store` (read as `columns` for the aggregates),

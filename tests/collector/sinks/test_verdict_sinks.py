@@ -12,9 +12,10 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client import CollectorRegistry
+from spanbudget.collector.alerts.budgets import BudgetAlerts
 from spanbudget.collector.alerts.engine import Alert, AlertEngine, AlertSettings
 from spanbudget.collector.annotations import BUDGET_STAGE, BUDGET_STATUS
-from spanbudget.collector.budget.loader import load_budget
+from spanbudget.collector.budget.loader import load_budget, load_preset
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.core.decisions import DecidedTrace, Decisions
 from spanbudget.collector.core.held import HeldSpan
@@ -128,7 +129,8 @@ def test_metrics_sink_observes_each_judged_verdict(budget: Budget) -> None:
 def test_alerts_sink_feeds_the_engine_and_hands_it_a_switched_budget(budget: Budget) -> None:
     sent: list[Alert] = []
     engine = AlertEngine(budget, sent.append, AlertSettings(min_judged=1, min_overruns=1))
-    sink = AlertsSink(engine)
+    alerts = BudgetAlerts(budget, lambda _: engine, lambda name: load_preset(name).budget)
+    sink = AlertsSink(alerts)
     traces = [_judged(budget, f"{n + 1:032x}", retrieval=30) for n in range(3)]
     sink.consume(Decisions(budget, [*traces, _skipped("c" * 32)]))
     retrieval = [s for s in engine.rule_states() if s.stage == "retrieval"]
@@ -137,6 +139,7 @@ def test_alerts_sink_feeds_the_engine_and_hands_it_a_switched_budget(budget: Bud
     renamed = replace(budget, name="rag-ttft-v2")
     sink.consume(Decisions(renamed, []))
     assert engine.budget is renamed
+    assert alerts.budget is renamed
     assert {s.budget for s in engine.rule_states()} == {"rag-ttft-v2"}
 
 
