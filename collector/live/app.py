@@ -118,9 +118,15 @@ def create_app(
         )
 
     @app.get("/api/summary")
-    def summary(since: str | None = None, run_id: str | None = None) -> dict[str, Any]:
-        result = store.summary(since=_since(since), run_id=run_id)
-        result["budget"] = budget().name
+    def summary(
+        since: str | None = None,
+        run_id: str | None = None,
+        budget_name: Annotated[str | None, Query(alias="budget")] = None,
+    ) -> dict[str, Any]:
+        """`budget`: only the verdicts that budget judged (the budget in effect, or a
+        recognised library's preset); every verdict otherwise."""
+        result = store.summary(since=_since(since), run_id=run_id, budget=budget_name)
+        result["budget"] = budget_name or budget().name
         return result
 
     @app.get("/api/share")

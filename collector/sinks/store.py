@@ -321,11 +321,13 @@ class VerdictStore:
         run_id: str | None = None,
         since: float | None = None,
         before: str | None = None,
+        budget: str | None = None,
         limit: int = 100,
     ) -> list[dict[str, Any]]:
         """Verdicts newest first; `stage` keeps verdicts that blame that stage; `before` (a
-        trace id) starts after that verdict, to page through a long listing."""
-        where, params = _filters(since, run_id)
+        trace id) starts after that verdict, to page through a long listing; `budget`, those
+        that budget judged."""
+        where, params = _filters(since, run_id, budget)
         if before is not None:
             where.append("seq < (SELECT seq FROM verdicts WHERE trace_id = ?)")
             params.append(before)
@@ -343,13 +345,17 @@ class VerdictStore:
             rows = self._reader.execute(sql, [*params, limit]).fetchall()
         return [_served(row) for row in rows]
 
-    def summary(self, *, since: float | None = None, run_id: str | None = None) -> dict[str, Any]:
+    def summary(
+        self, *, since: float | None = None, run_id: str | None = None, budget: str | None = None
+    ) -> dict[str, Any]:
         """Per stage and for TTFT: count, p50/p90/p95/p99/max, share over limit; statuses.
+        With `budget`, only the verdicts that budget judged: stages of one name in two
+        budgets are pooled otherwise.
 
         Stage figures come from traces with a TTFT (not `incomplete` ones); status counts
         cover every verdict.
         """
-        where, params = _filters(since, run_id)
+        where, params = _filters(since, run_id, budget)
         clause = (" WHERE " + " AND ".join(where)) if where else ""
         with self._read_lock:
             statuses = self._reader.execute(
@@ -385,7 +391,9 @@ class VerdictStore:
         }
 
 
-def _filters(since: float | None, run_id: str | None) -> tuple[list[str], list[Any]]:
+def _filters(
+    since: float | None, run_id: str | None, budget: str | None = None
+) -> tuple[list[str], list[Any]]:
     where: list[str] = []
     params: list[Any] = []
     if since is not None:
@@ -394,6 +402,9 @@ def _filters(since: float | None, run_id: str | None) -> tuple[list[str], list[A
     if run_id is not None:
         where.append("run_id = ?")
         params.append(run_id)
+    if budget is not None:
+        where.append("budget = ?")
+        params.append(budget)
     return where, params
 
 

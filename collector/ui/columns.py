@@ -207,11 +207,14 @@ class VerdictColumns:
         self._status = _Grow(np.int8, -1)
         self._ttft = _Grow(np.float64, np.nan)
         self._run = _Grow(np.int32, -1)
+        self._budget = _Grow(np.int32, -1)  # the budget that judged it, a code of `_budgets`
         self._blame = _Grow(np.int32, -1)  # the first-blamed stage, a code of `_blame_names`
         self._stage_ms: dict[str, _Grow] = {}
         self._stage_status: dict[str, _Grow] = {}
         self._runs: list[str] = []
         self._run_codes: dict[str, int] = {}
+        self._budgets: list[str] = []
+        self._budget_codes: dict[str, int] = {}
         self._blame_names: list[str] = []
         self._blame_codes: dict[str, int] = {}
 
@@ -240,21 +243,22 @@ class VerdictColumns:
         return self._n
 
     def select(
-        self, *, since: float | None = None, until: float | None = None, run_id: str | None = None
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        run_id: str | None = None,
+        budget: str | None = None,
     ) -> ColumnSelection:
-        """The verdicts judged in [since, until) (either open), of one run if given."""
+        """The verdicts judged in [since, until) (either open), of one run and judged by
+        one budget if given."""
         with self._lock:
             self._catch_up()
             n = self._n
+            keep = self._kept(since, until, run_id)
+            if budget is not None:
+                keep &= self._budget.data[:n] == self._budget_codes.get(budget, -2)
             at = self._at.data[:n]
-            keep = np.ones(n, dtype=np.bool_)
-            if since is not None:
-                keep &= at >= since
-            if until is not None:
-                keep &= at < until
-            if run_id is not None:
-                code = self._run_codes.get(run_id, -2)
-                keep &= self._run.data[:n] == code
             runs = self._run.data[:n][keep]
             seen: list[str] = []
             if len(runs):
@@ -272,6 +276,36 @@ class VerdictColumns:
                 first_blame=self._blame.data[:n][keep].copy(),
                 blame_names=list(self._blame_names),
             )
+
+    def budgets(
+        self, *, since: float | None = None, until: float | None = None, run_id: str | None = None
+    ) -> list[tuple[str, int]]:
+        """The budgets that judged the verdicts of [since, until) (of one run if given), with
+        how many each, most first (then by name)."""
+        with self._lock:
+            self._catch_up()
+            codes = self._budget.data[: self._n][self._kept(since, until, run_id)]
+            values, counts = np.unique(codes[codes >= 0], return_counts=True)
+            found = [
+                (self._budgets[int(code)], int(count))
+                for code, count in zip(values, counts, strict=True)
+            ]
+        return sorted(found, key=lambda pair: (-pair[1], pair[0]))
+
+    def _kept(
+        self, since: float | None, until: float | None, run_id: str | None
+    ) -> npt.NDArray[np.bool_]:
+        """Under the lock: which rows are in the range and the run."""
+        n = self._n
+        at = self._at.data[:n]
+        keep = np.ones(n, dtype=np.bool_)
+        if since is not None:
+            keep &= at >= since
+        if until is not None:
+            keep &= at < until
+        if run_id is not None:
+            keep &= self._run.data[:n] == self._run_codes.get(run_id, -2)
+        return keep
 
     def runs(self) -> list[tuple[str, int, float, float]]:
         """Every load-test run held: (run id, verdicts, first and last judged), newest first."""
@@ -317,7 +351,8 @@ class VerdictColumns:
         self._n = n - count
 
     def _columns(self) -> list[_Grow]:
-        fixed = [self._seq, self._at, self._status, self._ttft, self._run, self._blame]
+        fixed = [self._seq, self._at, self._status, self._ttft, self._run, self._budget]
+        fixed.append(self._blame)
         return fixed + list(self._stage_ms.values()) + list(self._stage_status.values())
 
     def _read_new(self, connection: sqlite3.Connection) -> None:
@@ -334,7 +369,7 @@ class VerdictColumns:
         numbers = np.array(verdicts, dtype=np.float64)
         last = int(numbers[-1, 0])
         runs = connection.execute(
-            "SELECT run_id, json_extract(blame, '$[0]') FROM verdicts"
+            "SELECT run_id, json_extract(blame, '$[0]'), budget FROM verdicts"
             " WHERE seq > ? AND seq <= ? ORDER BY seq",
             (after, last),
         ).fetchall()
@@ -355,8 +390,9 @@ class VerdictColumns:
         self._at.data[start:end] = numbers[:, 1]
         self._status.data[start:end] = numbers[:, 2]
         self._ttft.data[start:end] = numbers[:, 3]
-        self._run.data[start:end] = [self._run_code(run_id) for run_id, _ in runs]
-        self._blame.data[start:end] = [self._blame_code(first) for _, first in runs]
+        self._run.data[start:end] = [self._run_code(run_id) for run_id, _, _ in runs]
+        self._budget.data[start:end] = [self._budget_code(name) for _, _, name in runs]
+        self._blame.data[start:end] = [self._blame_code(first) for _, first, _ in runs]
         if names:
             status = _STATUS_SQL.format(col="status")
             pivot = ", ".join(
@@ -396,6 +432,13 @@ class VerdictColumns:
         if code is None:
             code = self._blame_codes[name] = len(self._blame_names)
             self._blame_names.append(name)
+        return code
+
+    def _budget_code(self, name: str) -> int:
+        code = self._budget_codes.get(name)
+        if code is None:
+            code = self._budget_codes[name] = len(self._budgets)
+            self._budgets.append(name)
         return code
 
     def _run_code(self, run_id: str | None) -> int:

@@ -14,17 +14,19 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 from spanbudget.common.durations import parse_since
 
 from ..alerts.budgets import BudgetAlerts
 from ..annotations import LOADTEST_RUN_ID
+from ..budget.loader import load_preset
 from ..budget.model import Budget
+from ..budget.presets import preset_names
 from ..charts import (
     BandRow,
     BudgetRow,
@@ -123,26 +125,55 @@ def ui_router(
         return evaluators[id(current)]
 
     def page(name: str, request: Request, **context: Any) -> HTMLResponse:
+        """A template with the request's path and the budget in effect (a page may show
+        another budget's: `budget` in `context`)."""
         html = env.get_template(name).render(
-            request_path=request.url.path, budget=budget(), **context
+            **{"request_path": request.url.path, "budget": budget(), **context}
         )
         return HTMLResponse(html)
+
+    presets: dict[str, Budget] = {}  # the shipped presets' budgets, by budget name
+
+    def budget_named(name: str) -> Budget | None:
+        """The budget of that name: the one in effect, or a shipped preset's (what the
+        collector judges a recognised library's traces by); None for another (a budget
+        reloaded since, say)."""
+        current = budget()
+        if name == current.name:
+            return current
+        if not presets:
+            for preset in preset_names():
+                loaded = load_preset(preset).budget
+                presets.setdefault(loaded.name, loaded)
+        return presets.get(name)
 
     def stack_of(verdict: dict[str, Any]) -> Any:
         parts = [StackPart(s["name"], i, s["ms"] or 0.0) for i, s in enumerate(verdict["stages"])]
         total = verdict["total"]
         return stage_stack(parts, limit_ms=total["limit_ms"], target_ms=total["target_ms"])
 
-    def overview_context(since: str, run_id: str | None) -> dict[str, Any]:
+    def overview_context(since: str, run_id: str | None, chosen: str | None) -> dict[str, Any]:
+        """The overview of the verdicts one budget judged: `chosen`, else the budget in
+        effect, or (when it judged none in the range) the one that judged the most. A
+        recognised library's traces are judged by its preset, whose stages and limits
+        differ: one budget at a time, never pooled."""
         start = _since(since)
         now = time.time()
-        selection = columns.select(since=start, run_id=run_id)
+        judged_by = columns.budgets(since=start, run_id=run_id)
+        current = budget()
+        name = chosen or current.name
+        if not chosen and judged_by and current.name not in dict(judged_by):
+            name = judged_by[0][0]
+        shown = budget_named(name) or current
+        selection = columns.select(since=start, run_id=run_id, budget=name)
         first = float(selection.at.min()) if len(selection) else now - 3600
         rules = [r.to_dict() for r in alerts.rule_states()] if alerts is not None else []
-        overruns = store.query(status=Status.OVERRUN, since=start, run_id=run_id, limit=8)
+        overruns = store.query(
+            status=Status.OVERRUN, since=start, run_id=run_id, budget=name, limit=8
+        )
         view = build_overview(
             selection,
-            budget(),
+            shown,
             start=start if start is not None else first,
             end=now,
             rules=rules,
@@ -155,21 +186,40 @@ def ui_router(
             "run_id": run_id or "",
             "ranges": RANGES,
             "alerts_on": alerts is not None,
-            "body_url": "/overview/body?" + urlencode(query),
+            "body_url": "/overview/body?"
+            + urlencode({**query, **({"budget": chosen} if chosen else {})}),
             "refresh_seconds": REFRESH_SECONDS,
             "now": now,
+            "budget": shown,
+            "budget_name": name,
+            "current_budget": current.name,
+            "chosen_budget": chosen or "",
+            "judged_by": [
+                (judging, n, "/?" + urlencode({**query, "budget": judging}))
+                for judging, n in judged_by
+            ],
         }
 
     @router.get("/", response_class=HTMLResponse)
-    def overview(request: Request, since: str = DEFAULT_RANGE, run_id: str = "") -> HTMLResponse:
-        return page("overview.html", request, **overview_context(since, run_id or None))
+    def overview(
+        request: Request,
+        since: str = DEFAULT_RANGE,
+        run_id: str = "",
+        chosen: Annotated[str, Query(alias="budget")] = "",
+    ) -> HTMLResponse:
+        context = overview_context(since, run_id or None, chosen or None)
+        return page("overview.html", request, **context)
 
     @router.get("/overview/body", response_class=HTMLResponse)
     def overview_body(
-        request: Request, since: str = DEFAULT_RANGE, run_id: str = ""
+        request: Request,
+        since: str = DEFAULT_RANGE,
+        run_id: str = "",
+        chosen: Annotated[str, Query(alias="budget")] = "",
     ) -> HTMLResponse:
         """The overview without its frame, for the page's in-place refresh."""
-        return page("overview_body.html", request, **overview_context(since, run_id or None))
+        context = overview_context(since, run_id or None, chosen or None)
+        return page("overview_body.html", request, **context)
 
     @router.get("/traces", response_class=HTMLResponse)
     def trace_list(

@@ -187,3 +187,30 @@ def openlit_stream_without_http_child() -> TraceBuilder:
         },
     )  # fmt: skip
     return trace
+
+
+def openinference_trace(trace_id: str, retrieval: float) -> TraceBuilder:
+    """A chain traced by OpenInference (judged by its preset, `openinference-ttft`): its
+    retriever for `retrieval` ms (the preset's limit: 150), then the LLM span whose `First
+    Token Stream Event` comes 100 ms after it starts."""
+    b = TraceBuilder(trace_id=trace_id)
+    kind = "openinference.span.kind"
+    root = b.add("rag chain", 0, retrieval + 400, service="rag-app", attributes={kind: "CHAIN"})
+    b.add(
+        "retrieve",
+        5,
+        5 + retrieval,
+        parent=root,
+        service="rag-app",
+        attributes={kind: "RETRIEVER"},
+    )
+    b.add(
+        "ChatOpenAI",
+        10 + retrieval,
+        retrieval + 390,
+        parent=root,
+        service="rag-app",
+        attributes={kind: "LLM"},
+        events={"First Token Stream Event": retrieval + 110},
+    )
+    return b

@@ -23,29 +23,9 @@ from tests.collector.alerts.alertmanager import WebhookReceiver
 from tests.support.collector import BUDGET, Collector, running_collector
 from tests.support.otlp import to_request
 from tests.support.servers import wait_until
-from tests.support.traces import TraceBuilder, rag_trace
+from tests.support.traces import TraceBuilder, openinference_trace, rag_trace
 
 PRESET = "openinference-ttft"
-
-
-def openinference_trace(trace_id: str, retrieval: float) -> TraceBuilder:
-    """A chain traced by OpenInference: its retriever (the preset's limit: 150 ms), then the
-    LLM span whose `First Token Stream Event` comes 100 ms after it starts."""
-    b = TraceBuilder(trace_id=trace_id)
-    chain = {"openinference.span.kind": "CHAIN"}
-    root = b.add("rag chain", 0, retrieval + 400, service="rag-app", attributes=chain)
-    retriever = {"openinference.span.kind": "RETRIEVER"}
-    b.add("retrieve", 5, 5 + retrieval, parent=root, service="rag-app", attributes=retriever)
-    b.add(
-        "ChatOpenAI",
-        10 + retrieval,
-        retrieval + 390,
-        parent=root,
-        service="rag-app",
-        attributes={"openinference.span.kind": "LLM"},
-        events={"First Token Stream Event": retrieval + 110},
-    )
-    return b
 
 
 def pages(receiver: WebhookReceiver) -> list[dict[str, Any]]:
