@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from rich.console import Console
 from rich.table import Table
-from spanbudget.collector.intake.journal import Journal
+from spanbudget.collector.intake.journal import Journal, Pending
 from spanbudget.collector.intake.otlp import PROTOBUF
 from spanbudget.collector.sinks.store import connect
 
@@ -61,7 +61,8 @@ class AJournal(Protocol):
 class SqliteJournal:
     """The release before's journal, its writes as they were: a row per body in the
     collector's SQLite settings (16 KiB pages, WAL) with `synchronous=OFF`, deleted in
-    one `executemany` a step once its traces are decided."""
+    one `executemany` a step once its traces are decided. Which entries are done is told
+    by the same bookkeeping as the journal's own (`Pending`): only the writes differ."""
 
     def __init__(self, path: Path) -> None:
         self._db = connect(path)
@@ -70,8 +71,7 @@ class SqliteJournal:
             "CREATE TABLE entries (seq INTEGER PRIMARY KEY, content_type TEXT,"
             " content_encoding TEXT, body BLOB NOT NULL)"
         )
-        self._pending: dict[int, set[str]] = {}
-        self._by_trace: dict[str, set[int]] = {}
+        self._pending = Pending()  # the bookkeeping both journals share
 
     def append(
         self,
@@ -86,24 +86,13 @@ class SqliteJournal:
             (content_type, content_encoding, body),
         )
         seq = int(cursor.lastrowid or 0)
-        self._pending[seq] = set(trace_ids)
-        for trace_id in trace_ids:
-            self._by_trace.setdefault(trace_id, set()).add(seq)
+        self._pending.add(seq, trace_ids)
         return seq
 
     def settle(self, trace_ids: list[str]) -> int:
-        done: list[tuple[int]] = []
-        for trace_id in trace_ids:
-            for seq in self._by_trace.pop(trace_id, ()):
-                left = self._pending.get(seq)
-                if left is None:
-                    continue
-                left.discard(trace_id)
-                if not left:
-                    del self._pending[seq]
-                    done.append((seq,))
+        done = self._pending.decided(trace_ids)
         if done:
-            self._db.executemany("DELETE FROM entries WHERE seq = ?", done)
+            self._db.executemany("DELETE FROM entries WHERE seq = ?", [(seq,) for seq in done])
         return len(done)
 
     def close(self) -> None:

@@ -47,7 +47,7 @@ from typing import NamedTuple
 
 from ..core.decisions import Decisions
 
-__all__ = ["SEGMENT_BYTES", "Entry", "Journal", "JournalSink"]
+__all__ = ["SEGMENT_BYTES", "Entry", "Journal", "JournalSink", "Pending"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,49 @@ class Entry(NamedTuple):
     body: bytes
 
 
+class Pending:
+    """Which entries still have traces to decide, and which entries hold a trace: what
+    tells the journal that an entry is done. Not thread-safe: the journal's lock covers it."""
+
+    def __init__(self) -> None:
+        self._left: dict[int, set[str]] = {}  # entry -> its traces not decided yet
+        self._by_trace: dict[str, set[int]] = {}  # trace id -> entries holding it
+
+    def __len__(self) -> int:
+        return len(self._left)
+
+    def __contains__(self, seq: int) -> bool:
+        return seq in self._left
+
+    def add(self, seq: int, trace_ids: Collection[str]) -> None:
+        self._left[seq] = set(trace_ids)
+        for trace_id in trace_ids:
+            self._by_trace.setdefault(trace_id, set()).add(seq)
+
+    def drop(self, seq: int) -> None:
+        """Forget an entry, whatever it had left."""
+        for trace_id in self._left.pop(seq, ()):
+            entries = self._by_trace.get(trace_id)
+            if entries is not None:
+                entries.discard(seq)
+                if not entries:
+                    del self._by_trace[trace_id]
+
+    def decided(self, trace_ids: Iterable[str]) -> list[int]:
+        """These traces are decided: the entries left with none to decide, now done."""
+        done: list[int] = []
+        for trace_id in trace_ids:
+            for seq in self._by_trace.pop(trace_id, ()):
+                left = self._left.get(seq)
+                if left is None:
+                    continue
+                left.discard(trace_id)
+                if not left:
+                    del self._left[seq]
+                    done.append(seq)
+        return done
+
+
 class Journal:
     """Accepted request bodies until their traces are decided.
 
@@ -82,8 +125,7 @@ class Journal:
         self.segment_bytes = segment_bytes
         path.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._pending: dict[int, set[str]] = {}  # entry -> its traces not decided yet
-        self._by_trace: dict[str, set[int]] = {}  # trace id -> entries holding it
+        self._pending = Pending()
         self._segment_of: dict[int, int] = {}  # written entry not done -> its segment
         self._live: dict[int, int] = {}  # segment -> its entries not done
         self._found: list[tuple[int, Entry]] = []  # (segment, entry) read at start
@@ -107,7 +149,7 @@ class Journal:
         with self._lock:
             seq = self._next_seq
             self._next_seq += 1
-            self._track(seq, trace_ids)
+            self._pending.add(seq, trace_ids)
         return seq
 
     def write(
@@ -136,31 +178,22 @@ class Journal:
         """Forget a registered entry whose spans the core refused (the client sends it
         again); it must not have been written."""
         with self._lock:
-            self._untrack(seq)
+            self._pending.drop(seq)
 
     def track(self, seq: int, trace_ids: Collection[str]) -> None:
         """Register an entry read back at start (`entries`) with the traces still to decide;
         with none, it is done."""
         with self._lock:
             if trace_ids:
-                self._track(seq, trace_ids)
+                self._pending.add(seq, trace_ids)
             else:
                 self._done([seq])
 
     def settle(self, trace_ids: Iterable[str]) -> int:
         """These traces are decided (or met late): the entries left with none to decide are
         done. Returns how many."""
-        done: list[int] = []
         with self._lock:
-            for trace_id in trace_ids:
-                for seq in self._by_trace.pop(trace_id, ()):
-                    left = self._pending.get(seq)
-                    if left is None:
-                        continue
-                    left.discard(trace_id)
-                    if not left:
-                        del self._pending[seq]
-                        done.append(seq)
+            done = self._pending.decided(trace_ids)
             if done:
                 self._done(done)
         return len(done)
@@ -305,19 +338,6 @@ class Journal:
             legacy.with_name(legacy.name + suffix).unlink(missing_ok=True)
         if rows:
             log.warning("intake journal: %d entries taken over from %s", len(rows), legacy)
-
-    def _track(self, seq: int, trace_ids: Collection[str]) -> None:
-        self._pending[seq] = set(trace_ids)
-        for trace_id in trace_ids:
-            self._by_trace.setdefault(trace_id, set()).add(seq)
-
-    def _untrack(self, seq: int) -> None:
-        for trace_id in self._pending.pop(seq, ()):
-            entries = self._by_trace.get(trace_id)
-            if entries is not None:
-                entries.discard(seq)
-                if not entries:
-                    del self._by_trace[trace_id]
 
 
 def _write_all(fd: int, parts: list[bytes], size: int) -> None:
