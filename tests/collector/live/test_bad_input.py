@@ -131,7 +131,15 @@ def test_size_limits_are_413_and_memory_stays_bounded(collector: Collector) -> N
     assert collector.metric("spanbudget_requests_rejected_total", reason="too_large") >= 4
 
 
-def test_a_big_span_is_rejected_alone_with_partial_success(collector: Collector) -> None:
+def test_a_big_span_is_rejected_alone_with_partial_success(tmp_path: Path) -> None:
+    # The trace is sent twice (protobuf, then JSON): a decision wait that outlasts the
+    # second request on a loaded machine (decoding its 1 MiB of JSON), so both refusals
+    # count against the trace before it is judged.
+    with running_collector(tmp_path, max_body_bytes=4 * MIB, decision_wait_seconds=2) as running:
+        _reject_a_big_span(running)
+
+
+def _reject_a_big_span(collector: Collector) -> None:
     request = to_request(rag_trace(trace_id="ab" * 16).spans)
     kv = request.resource_spans[1].scope_spans[0].spans[1].attributes.add()  # gateway.validate
     kv.key = "big"

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -156,8 +156,6 @@ def run_variant(variant: str, out: Path) -> ZooRun:
                 [] if engine is None else ["--engine", engine.health_url.removesuffix("/health")]
             )
             base = _start_server(supervisor, server_python, [*engine_args, "--otlp", otlp.url], out)
-            if engine is not None:
-                supervisor.wait_healthy(engine, 60)
             env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | _ENV
             app = subprocess.run(
                 [str(app_python), str(APP), variant, "--base", base, "--otlp", otlp.url,
@@ -180,44 +178,56 @@ def run_variant(variant: str, out: Path) -> ZooRun:
     return ZooRun(variant, report, spans_path, spans, collected, time.monotonic() - began)
 
 
-def _start_server(
-    supervisor: Supervisor, python: Path, arguments: list[str], out: Path, tries: int = 3
-) -> str:
-    """The zoo's server started and answering /health; its base URL. Its port was free a
-    moment before the server binds it, and another process may take it meanwhile: a server
-    that exits before it answers is started again on another port. One that neither answers
-    nor exits within a minute fails the run, with its log."""
-    for attempt in range(1, tries + 1):
-        base = f"http://127.0.0.1:{free_port()}"
-        command = [str(python), str(SERVER), "--port", base.rsplit(":", 1)[1], *arguments]
-        child = Child("server", command, f"{base}/health", out / "server.log", _ENV)
+def _start_server(supervisor: Supervisor, python: Path, arguments: list[str], out: Path) -> str:
+    """The zoo's server started and answering /health; its base URL."""
+    child = _start_on_a_free_port(
+        supervisor,
+        "server",
+        lambda port: [str(python), str(SERVER), "--port", str(port), *arguments],
+        out,
+        _ENV,
+    )
+    return child.health_url.removesuffix("/health")
+
+
+def _start_engine(supervisor: Supervisor, otlp: str, out: Path) -> Child:
+    """`spanbudget engine` exporting to the receiver, started and answering /health."""
+    return _start_on_a_free_port(
+        supervisor,
+        "engine",
+        lambda port: [sys.executable, "-m", "spanbudget", "engine", f"--listen=127.0.0.1:{port}"],
+        out,
+        _ENV | {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp},
+    )
+
+
+def _start_on_a_free_port(
+    supervisor: Supervisor,
+    name: str,
+    command: Callable[[int], list[str]],
+    out: Path,
+    env: dict[str, str],
+    tries: int = 3,
+) -> Child:
+    """`command(port)` started and answering /health on 127.0.0.1:port. The port was free
+    a moment before the process binds it, and another process may take it meanwhile: one
+    that exits before it answers is started again on another port. One that neither
+    answers nor exits within a minute fails the run, with its log."""
+    attempt = 1
+    while True:
+        port = free_port()
+        health = f"http://127.0.0.1:{port}/health"
+        child = Child(name, command(port), health, out / f"{name}.log", env)
         supervisor.start(child)
         try:
             supervisor.wait_healthy(child, 60)
-            break
+            return child
         except ChildFailed:
             assert child.process is not None
             if child.process.poll() is None or attempt == tries:
                 raise
             supervisor.children.remove(child)
-    return base
-
-
-def _start_engine(supervisor: Supervisor, otlp: str, out: Path) -> Child:
-    """`spanbudget engine` exporting to the receiver, started."""
-    url = f"http://127.0.0.1:{free_port()}"
-    command = [
-        sys.executable,
-        "-m",
-        "spanbudget",
-        "engine",
-        "--listen",
-        url.removeprefix("http://"),
-    ]
-    env = _ENV | {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp}
-    child = Child("engine", command, f"{url}/health", out / "engine.log", env)
-    supervisor.start(child)
-    return child
+            attempt += 1
 
 
 def _engine_spans(receiver: Receiver) -> int:
