@@ -6,9 +6,9 @@ OpenInference, OpenLIT, the GenAI conventions, vLLM). A preset's verdicts have t
 stages and limits, so they burn their own error budget: `BudgetAlerts` keeps one
 `AlertEngine` a budget, the one in effect from the start and a preset's from the first
 verdict it judged (or at start, when its rules had a state saved), and hands each step's
-verdicts to the engine of their budget. Their
-alerts go to the same dispatcher, each naming its budget; each engine keeps its own saved
-state and, after a restart, refills its windows from its own stored verdicts.
+verdicts to the engine of their budget. Their alerts go to the same dispatcher, each
+naming its budget; each engine keeps its own saved state and, after a restart, refills
+its windows from its own stored verdicts.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class BudgetAlerts:
         self._lock = threading.Lock()
         self._current = make(budget)
         self._others: dict[str, AlertEngine] = {}  # by budget name, in the order first met
-        # Presets whose rules were pending or firing when the last process stopped: made
-        # now, so that their alerts are re-sent (or resolved) without waiting for traffic.
+        # Presets whose rules saved a state (an earlier process judged their traces): made
+        # now, so that a firing alert is carried on (or resolved) without waiting for traffic.
         for other in restored:
             if other.name != budget.name and other.name not in self._others:
                 self._others[other.name] = make(other)

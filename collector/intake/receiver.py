@@ -3,11 +3,10 @@
 `Intake.receive` decodes a body within the limits (`otlp.decode_export`), refuses the
 spans past a trace's bound, registers its traces with the journal before the core can
 decide them, offers the spans to the core and, once it took them, writes the body to the
-journal; the transport (`http.OtlpHttp`,
-`grpc_server.GrpcIntake`) answers with what it returns or raises. `Intake.replay_journal`
-offers again, at start, what the last process acknowledged and did not decide, and holds
-every trace for the replay wait: the rest of those traces is on its way from the senders'
-retries, in any order.
+journal; the transport (`http.OtlpHttp`, `grpc_server.GrpcIntake`) answers with what it
+returns or raises. `Intake.replay_journal` offers again, at start, what the last process
+acknowledged and did not decide, and holds every trace for the replay wait: the rest of
+those traces is on its way from the senders' retries, in any order.
 """
 
 from __future__ import annotations
