@@ -229,6 +229,7 @@ def ui_router(
         run_id: str = "",
         since: str = "",
         before: str = "",
+        chosen: Annotated[str, Query(alias="budget")] = "",
     ) -> HTMLResponse:
         if before and not _TRACE_ID.match(before):
             raise HTTPException(400, "before must be a trace id, 32 hex digits")
@@ -242,10 +243,17 @@ def ui_router(
             run_id=run_id or None,
             since=_since(since),
             before=before.lower() or None,
+            budget=chosen or None,
             limit=PAGE_SIZE + 1,
         )
         rows = found[:PAGE_SIZE]
-        filters = {"status": status, "stage": stage, "run_id": run_id, "since": since}
+        filters = {
+            "status": status,
+            "stage": stage,
+            "run_id": run_id,
+            "since": since,
+            "budget": chosen,
+        }
         kept = {k: v for k, v in filters.items() if v}
         older = None
         if len(found) > PAGE_SIZE:
@@ -259,6 +267,8 @@ def ui_router(
             older=older,
             paged=bool(before),
             newest="/traces?" + urlencode(kept),
+            # A budget asked for: its stages in the filter and the legend.
+            **({"budget": budget_named(chosen) or budget()} if chosen else {}),
         )
 
     @router.get("/traces/{trace_id}", response_class=HTMLResponse)

@@ -38,6 +38,12 @@ def stages_shown(html: str) -> list[str]:
     return re.findall(r'<tr data-stage="([^"]+)">', table)
 
 
+def listed_ids(html: str) -> set[str]:
+    """The trace ids the trace list shows."""
+    table = html.split('<table id="trace-list">', 1)[-1].split("</table>", 1)[0]
+    return set(re.findall(r'href="/traces/([0-9a-f]{32})"', table))
+
+
 def traces_shown(html: str) -> int:
     return int(re.search(r'<div class="big">(\d+)</div>\s*<div>traces judged', html)[1])  # type: ignore[index]
 
@@ -60,6 +66,11 @@ def test_the_overview_shows_one_budgets_verdicts_against_its_own_stages(tmp_path
         assert f"(the budget in effect is {OURS.name})" in theirs
         ttft_row = theirs.split('<tr class="total" data-stage="TTFT">', 1)[1].split("</tr>", 1)[0]
         assert "<td>1,000</td>" in ttft_row  # the preset's TTFT limit, not 250
+        assert f'href="/traces?stage=retrieval&amp;budget={PRESET}"' in theirs
+        listed = collector.client.get("/traces", params={"budget": PRESET}).text
+        assert len(listed_ids(listed)) == 6
+        assert "<option>llm</option>" in listed  # the preset's stages to filter by
+        assert len(listed_ids(collector.client.get("/traces").text)) == 10
         page = collector.client.get("/", params={"budget": PRESET}).text
         assert f'<input type="hidden" name="budget" value="{PRESET}">' in page
         assert f"budget={PRESET}" in page  # the in-place refresh keeps it
