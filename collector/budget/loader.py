@@ -444,6 +444,16 @@ def load_preset(name: str) -> LoadedBudget:
     return LoadedBudget(replace(loaded.budget, preset=name), loaded.warnings)
 
 
+def preset_budgets() -> dict[str, Budget]:
+    """Every shipped preset's budget, by the budget's name (what a verdict names): the
+    budgets the collector judges recognised libraries' traces by."""
+    found: dict[str, Budget] = {}
+    for name in preset_names():
+        budget = load_preset(name).budget
+        found.setdefault(budget.name, budget)
+    return found
+
+
 def load_budget(path: Path, *, read: Callable[[Path], str] = Path.read_text) -> LoadedBudget:
     """Read and validate a budget file; raises `BudgetError` (also for an unreadable file)."""
     text = _read(path, read)

@@ -35,7 +35,7 @@ from ..judging.verdict import Status
 from ..links import MAX_LIST
 from ..sinks.store import VerdictStore
 from ..stats import MAX_SLICES
-from ..ui import SpanSource, ui_router
+from ..ui import BudgetNames, SpanSource, ui_router
 from ..ui.columns import VerdictColumns
 from ..ui.overview import overview_slices, window_share
 from .pipeline import Pipeline
@@ -76,6 +76,7 @@ def create_app(
     # The store as numpy columns, for /api/share and the web UI alike (one copy in memory),
     # read in now rather than when the first visitor asks (seconds at 100k verdicts).
     columns = VerdictColumns(store.path)
+    named = BudgetNames(budget)  # a budget by the name its verdicts give it
     threading.Thread(target=columns.warm, name="ui-columns", daemon=True).start()
     spans = spans or SpanSource(None, None)
     app = FastAPI(
@@ -135,18 +136,20 @@ def create_app(
         until: str | None = None,
         run_id: str | None = None,
         slices: Annotated[int, Query(ge=0, le=10 * MAX_SLICES)] = MAX_SLICES,
+        budget_name: Annotated[str | None, Query(alias="budget")] = None,
     ) -> dict[str, Any]:
         """Each stage's share of the summed TTFT and of the overruns' blame over a window
         (and run), and per time slice: at most `slices` of them, 0 for none
-        (docs/budget-share.md)."""
+        (docs/budget-share.md). With `budget`, of the verdicts that budget judged, by its
+        stages; without, of every verdict, by the budget in effect's stages."""
         start, end = _since(since), _since(until)
-        selection = columns.select(since=start, until=end, run_id=run_id)
-        current = budget()
+        selection = columns.select(since=start, until=end, run_id=run_id, budget=budget_name)
+        current = (named(budget_name) if budget_name else None) or budget()
         cut = None
         if slices:
             cut = overview_slices(selection, start or 0.0, end or time.time(), max_slices=slices)
         result = window_share(selection, current, cut).to_dict()
-        result["budget"] = current.name
+        result["budget"] = budget_name or current.name
         result["window"] = {"since": start, "until": end, "run_id": run_id}
         return result
 
@@ -199,7 +202,7 @@ def create_app(
     app.include_router(
         ui_router(
             budget=budget, store=store, columns=columns, spans=spans, alerts=alerts,
-            jaeger_ui=jaeger_ui,
+            jaeger_ui=jaeger_ui, budget_named=named,
         )
     )  # fmt: skip
     return app

@@ -24,9 +24,8 @@ from spanbudget.common.durations import parse_since
 
 from ..alerts.budgets import BudgetAlerts
 from ..annotations import LOADTEST_RUN_ID
-from ..budget.loader import load_preset
+from ..budget.loader import preset_budgets
 from ..budget.model import Budget
-from ..budget.presets import preset_names
 from ..charts import (
     BandRow,
     BudgetRow,
@@ -52,7 +51,7 @@ from .run_report import run_report, run_verdicts
 from .trace_spans import SpanSource, TraceSpans
 from .waterfall import build_waterfall, render_waterfall, window_of
 
-__all__ = ["RANGES", "ui_router"]
+__all__ = ["RANGES", "BudgetNames", "ui_router"]
 
 log = logging.getLogger(__name__)
 _TRACE_ID = re.compile(r"[0-9a-fA-F]{32}\Z")
@@ -109,10 +108,14 @@ def ui_router(
     spans: SpanSource,
     alerts: BudgetAlerts | None = None,
     jaeger_ui: str | None = None,
+    budget_named: Callable[[str], Budget | None] | None = None,
 ) -> APIRouter:
     """The pages over the verdicts in `store` (read as `columns` for the aggregates),
     judged against `budget()` (the current one), with `alerts`' rules and the traces'
-    `spans`; trace links go to `jaeger_ui` when given."""
+    `spans`; trace links go to `jaeger_ui` when given. `budget_named(name)` is the budget
+    that judged verdicts of that name (the current one, or a preset's), None for another:
+    a page that shows one budget's verdicts shows its stages and limits."""
+    named = budget_named or BudgetNames(budget)
     env = _environment()
     evaluators: dict[int, Judges] = {}
     router = APIRouter()
@@ -132,21 +135,6 @@ def ui_router(
         )
         return HTMLResponse(html)
 
-    presets: dict[str, Budget] = {}  # the shipped presets' budgets, by budget name
-
-    def budget_named(name: str) -> Budget | None:
-        """The budget of that name: the one in effect, or a shipped preset's (what the
-        collector judges a recognised library's traces by); None for another (a budget
-        reloaded since, say)."""
-        current = budget()
-        if name == current.name:
-            return current
-        if not presets:
-            for preset in preset_names():
-                loaded = load_preset(preset).budget
-                presets.setdefault(loaded.name, loaded)
-        return presets.get(name)
-
     def stack_of(verdict: dict[str, Any]) -> Any:
         parts = [StackPart(s["name"], i, s["ms"] or 0.0) for i, s in enumerate(verdict["stages"])]
         total = verdict["total"]
@@ -164,7 +152,7 @@ def ui_router(
         name = chosen or current.name
         if not chosen and judged_by and current.name not in dict(judged_by):
             name = judged_by[0][0]
-        shown = budget_named(name) or current
+        shown = named(name) or current
         selection = columns.select(since=start, run_id=run_id, budget=name)
         first = float(selection.at.min()) if len(selection) else now - 3600
         rules = [r.to_dict() for r in alerts.rule_states()] if alerts is not None else []
@@ -268,7 +256,7 @@ def ui_router(
             paged=bool(before),
             newest="/traces?" + urlencode(kept),
             # A budget asked for: its stages in the filter and the legend.
-            **({"budget": budget_named(chosen) or budget()} if chosen else {}),
+            **({"budget": named(chosen) or budget()} if chosen else {}),
         )
 
     @router.get("/traces/{trace_id}", response_class=HTMLResponse)
@@ -452,3 +440,21 @@ def ui_router(
         return RedirectResponse(f"/traces/{trace_id}", status_code=308)
 
     return router
+
+
+class BudgetNames:
+    """A budget by the name verdicts give it: the one in effect (`current()`), or a shipped
+    preset's (read once, when first asked for); None for another (a budget reloaded since,
+    say)."""
+
+    def __init__(self, current: Callable[[], Budget]) -> None:
+        self._current = current
+        self._presets: dict[str, Budget] | None = None
+
+    def __call__(self, name: str) -> Budget | None:
+        current = self._current()
+        if name == current.name:
+            return current
+        if self._presets is None:
+            self._presets = preset_budgets()
+        return self._presets.get(name)

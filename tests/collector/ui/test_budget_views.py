@@ -86,6 +86,20 @@ def test_with_none_of_the_budget_in_effects_traces_it_shows_the_one_that_judged(
         assert traces_shown(html) == 3
 
 
+def test_the_share_takes_one_budget_by_its_own_stages(tmp_path: Path) -> None:
+    with running_collector(tmp_path) as collector:
+        send(collector, reference=3, openinference=4)
+        pooled = collector.client.get("/api/share", params={"since": "all"}).json()
+        assert (pooled["budget"], pooled["traces"]) == (OURS.name, 7)
+        one = collector.client.get("/api/share", params={"since": "all", "budget": PRESET})
+        share = one.json()
+        assert (share["budget"], share["traces"]) == (PRESET, 4)
+        names = [s["name"] for s in share["stages"]]
+        assert names == [*(s.name for s in THEIRS.stages), "unattributed"]
+        llm = next(s for s in share["stages"] if s["name"] == "llm")
+        assert llm["time_share"] > 0.5  # 100 of each 150 ms
+
+
 def test_the_summary_takes_one_budget(tmp_path: Path) -> None:
     with running_collector(tmp_path) as collector:
         send(collector, reference=2, openinference=5)
