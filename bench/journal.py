@@ -21,7 +21,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -41,21 +40,6 @@ from bench_summary import record
 PER_REQUEST = 50
 LAG = 10  # requests between a body's arrival and its traces' decision
 STEP = 10  # requests settled a step
-
-
-class AJournal(Protocol):
-    def append(
-        self,
-        body: bytes,
-        trace_ids: set[str],
-        *,
-        content_type: str | None,
-        content_encoding: str | None,
-    ) -> int: ...
-
-    def settle(self, trace_ids: list[str]) -> int: ...
-
-    def close(self) -> None: ...
 
 
 class SqliteJournal:
@@ -100,7 +84,7 @@ class SqliteJournal:
 
 
 def measure(
-    make: Callable[[Path], AJournal], bodies: list[bytes], ids: list[set[str]]
+    make: Callable[[Path], Journal | SqliteJournal], bodies: list[bytes], ids: list[set[str]]
 ) -> tuple[float, float]:
     """(append, settle) CPU seconds for every body, best of 3 runs, each on a new file."""
     best_append = best_settle = float("inf")

@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 class BudgetAlerts:
     """One `AlertEngine` for the budget in effect and one for each preset that judged a
     trace. `make(budget)` makes a budget's engine, restored from its saved state and
-    stored verdicts; `preset(name)` is the budget of a recognised instrumentation's preset,
-    as the verdicts name it (`Verdict.instrumentation`).
+    stored verdicts; `preset(name)` is the preset's budget of that name, as verdicts name
+    it (`loader.BudgetNames`), None for another.
 
     `on_verdicts` and `set_budget` run on the judging core's worker; `rule_states`,
     `firing` and `budget` from any thread."""
@@ -40,7 +40,7 @@ class BudgetAlerts:
         self,
         budget: Budget,
         make: Callable[[Budget], AlertEngine],
-        preset: Callable[[str], Budget],
+        preset: Callable[[str], Budget | None],
         *,
         restored: Iterable[Budget] = (),
     ) -> None:
@@ -54,7 +54,7 @@ class BudgetAlerts:
         for other in restored:
             if other.name != budget.name and other.name not in self._others:
                 self._others[other.name] = make(other)
-        self._unknown: set[str] = set()  # presets that could not be loaded, logged once
+        self._unknown: set[str] = set()  # budgets no preset is, or that failed to load
         self._started = False
 
     @property
@@ -83,31 +83,29 @@ class BudgetAlerts:
         for verdict in verdicts:
             by_budget.setdefault(verdict.budget, []).append(verdict)
         for name, judged in by_budget.items():
-            engine = self._current if name == current else self._engine_for(name, judged[0])
+            engine = self._current if name == current else self._engine_for(name)
             if engine is not None:
                 engine.on_verdicts(judged)
 
-    def _engine_for(self, name: str, verdict: Verdict) -> AlertEngine | None:
+    def _engine_for(self, name: str) -> AlertEngine | None:
         engine = self._others.get(name)
-        if engine is not None or verdict.instrumentation is None:
+        if engine is not None or name in self._unknown:
             return engine
-        if verdict.instrumentation in self._unknown:
-            return None
         try:
-            budget = self._preset(verdict.instrumentation)
+            budget = self._preset(name)
         except Exception:
-            self._unknown.add(verdict.instrumentation)
-            log.exception("no alert rules for preset %r", verdict.instrumentation)
+            log.exception("no alert rules for budget %r: its preset did not load", name)
+            budget = None
+        if budget is None:  # not a preset's: a budget no longer in effect, say
+            self._unknown.add(name)
             return None
-        if budget.name != name:
-            return None  # another budget of that name: not this preset's verdicts
         engine = self._make(budget)
         with self._lock:
             self._others[name] = engine
             started = self._started
         if started:
             engine.start()
-        log.info("alert rules on for budget %r (preset %s)", name, verdict.instrumentation)
+        log.info("alert rules on for budget %r (preset %s)", name, budget.preset)
         return engine
 
     def rule_states(self) -> list[RuleStatus]:

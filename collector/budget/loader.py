@@ -43,7 +43,14 @@ from .nodes import (
 )
 from .presets import UnknownPresetError, preset_names, preset_path
 
-__all__ = ["BudgetError", "LoadedBudget", "load_budget", "load_preset", "parse_budget"]
+__all__ = [
+    "BudgetError",
+    "BudgetNames",
+    "LoadedBudget",
+    "load_budget",
+    "load_preset",
+    "parse_budget",
+]
 
 SCHEMA_VERSION = 1
 _KINDS = ", ".join(kind.value for kind in SpanKind)
@@ -444,14 +451,26 @@ def load_preset(name: str) -> LoadedBudget:
     return LoadedBudget(replace(loaded.budget, preset=name), loaded.warnings)
 
 
-def preset_budgets() -> dict[str, Budget]:
-    """Every shipped preset's budget, by the budget's name (what a verdict names): the
-    budgets the collector judges recognised libraries' traces by."""
-    found: dict[str, Budget] = {}
-    for name in preset_names():
-        budget = load_preset(name).budget
-        found.setdefault(budget.name, budget)
-    return found
+class BudgetNames:
+    """A budget by the name its verdicts give it: the one in effect (`current()`), or a
+    shipped preset's, the budgets a recognised library's traces are judged by (read once,
+    when first asked for); None for another (a budget reloaded since, say)."""
+
+    def __init__(self, current: Callable[[], Budget | None] = lambda: None) -> None:
+        self._current = current
+        self._presets: dict[str, Budget] | None = None
+
+    def __call__(self, name: str) -> Budget | None:
+        current = self._current()
+        if current is not None and name == current.name:
+            return current
+        if self._presets is None:
+            presets: dict[str, Budget] = {}
+            for preset in preset_names():
+                budget = load_preset(preset).budget
+                presets.setdefault(budget.name, budget)
+            self._presets = presets
+        return self._presets.get(name)
 
 
 def load_budget(path: Path, *, read: Callable[[Path], str] = Path.read_text) -> LoadedBudget:

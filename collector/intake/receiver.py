@@ -108,18 +108,17 @@ class Intake:
                 "too_many_spans",
                 f"{len(spans)} spans in one request; at most {limit}: split the batch",
             )
-        journal, seq = self.journal, None
-        if journal is not None and spans:  # registered before the core can decide them
-            seq = journal.register({held.span.trace_id for held in spans})
+        journal = self.journal if spans else None
+        # Registered before the core can decide its traces; on disk before the answer, and
+        # only once the core took the spans (a refused body is never written).
+        seq = 0 if journal is None else journal.register({h.span.trace_id for h in spans})
         if not self.core.offer(spans, lost=batch.lost):
-            if seq is not None:
-                journal.cancel(seq)  # type: ignore[union-attr]
+            if journal is not None:
+                journal.cancel(seq)
             metrics.spans_rejected.labels("queue_full").inc(len(spans))
             raise IntakeError(503, "queue_full", QUEUE_FULL)
-        if seq is not None:  # on disk before the answer; a refused body never is
-            journal.write(  # type: ignore[union-attr]
-                seq, body, content_type=content_type, content_encoding=content_encoding
-            )
+        if journal is not None:
+            journal.write(seq, body, content_type=content_type, content_encoding=content_encoding)
         metrics.spans_received.inc(len(spans))
         return batch
 

@@ -26,6 +26,7 @@ from spanbudget.common.durations import parse_since
 
 from ..alerts.budgets import BudgetAlerts
 from ..alerts.engine import RuleState
+from ..budget.loader import BudgetNames
 from ..budget.model import Budget
 from ..core.metrics import render
 from ..intake.grpc_server import GrpcIntake
@@ -35,7 +36,7 @@ from ..judging.verdict import Status
 from ..links import MAX_LIST
 from ..sinks.store import VerdictStore
 from ..stats import MAX_SLICES
-from ..ui import BudgetNames, SpanSource, ui_router
+from ..ui import SpanSource, ui_router
 from ..ui.columns import VerdictColumns
 from ..ui.overview import overview_slices, window_share
 from .pipeline import Pipeline

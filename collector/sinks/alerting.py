@@ -17,9 +17,8 @@ from ..alerts.sinks import (
     LogSink,
     WebhookSink,
 )
-from ..budget.loader import load_preset
+from ..budget.loader import BudgetNames
 from ..budget.model import Budget
-from ..budget.presets import preset_names
 from ..core.decisions import Decisions
 from ..core.metrics import CollectorMetrics
 from .settings import AlertsSettings
@@ -59,7 +58,7 @@ def build_alerts(
     jaeger_ui: str | None,
     state_path: Path | None,
     history: Callable[[float, str], Iterable[tuple[float, str, frozenset[str]]]],
-    preset: Callable[[str], Budget] = lambda name: load_preset(name).budget,
+    preset: Callable[[str], Budget | None] | None = None,
 ) -> tuple[BudgetAlerts, Dispatcher]:
     """The burn-rate rules of the budget in effect and of each preset that judges a trace,
     and their dispatcher: to the log always, to Alertmanager and the webhook when
@@ -87,21 +86,24 @@ def build_alerts(
         jaeger_ui=jaeger_ui or "",
     )
 
-    def state_of(judging: Budget) -> AlertStateFile | None:
+    def state_of(name: str) -> AlertStateFile | None:
         if state_path is None:
             return None
-        if judging.name == budget.name:
+        if name == budget.name:
             return AlertStateFile(state_path)
-        return AlertStateFile(state_path.with_name(f"{state_path.stem}.{judging.name}.json"))
+        return AlertStateFile(state_path.with_name(f"{state_path.stem}.{name}.json"))
 
     def make(judging: Budget) -> AlertEngine:
-        engine = AlertEngine(judging, dispatcher.send, rules, state=state_of(judging))
+        engine = AlertEngine(judging, dispatcher.send, rules, state=state_of(judging.name))
         engine.restore(history(time.time() - engine.history_s, judging.name))
         return engine
 
-    def saved(judging: Budget) -> bool:
-        state = state_of(judging)
-        return judging.name != budget.name and state is not None and state.path.exists()
-
-    restored = [b for b in map(preset, preset_names()) if saved(b)] if state_path else []
-    return BudgetAlerts(budget, make, preset, restored=restored), dispatcher
+    presets = preset or BudgetNames()
+    restored: list[Budget] = []  # the presets whose rules saved a state
+    if state_path is not None:
+        prefix = f"{state_path.stem}."
+        for path in sorted(state_path.parent.glob(f"{prefix}*.json")):
+            found = presets(path.name.removeprefix(prefix).removesuffix(".json"))
+            if found is not None:
+                restored.append(found)
+    return BudgetAlerts(budget, make, presets, restored=restored), dispatcher

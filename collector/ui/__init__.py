@@ -1,6 +1,6 @@
 """The collector's web UI: server-rendered pages and SVG charts over the verdict store."""
 
-from .routes import BudgetNames, ui_router
+from .routes import ui_router
 from .trace_spans import SpanSource
 
-__all__ = ["BudgetNames", "SpanSource", "ui_router"]
+__all__ = ["SpanSource", "ui_router"]

@@ -24,7 +24,7 @@ from spanbudget.common.durations import parse_since
 
 from ..alerts.budgets import BudgetAlerts
 from ..annotations import LOADTEST_RUN_ID
-from ..budget.loader import preset_budgets
+from ..budget.loader import BudgetNames
 from ..budget.model import Budget
 from ..charts import (
     BandRow,
@@ -51,7 +51,7 @@ from .run_report import run_report, run_verdicts
 from .trace_spans import SpanSource, TraceSpans
 from .waterfall import build_waterfall, render_waterfall, window_of
 
-__all__ = ["RANGES", "BudgetNames", "ui_router"]
+__all__ = ["RANGES", "ui_router"]
 
 log = logging.getLogger(__name__)
 _TRACE_ID = re.compile(r"[0-9a-fA-F]{32}\Z")
@@ -188,26 +188,19 @@ def ui_router(
             ],
         }
 
-    @router.get("/", response_class=HTMLResponse)
-    def overview(
-        request: Request,
-        since: str = DEFAULT_RANGE,
-        run_id: str = "",
-        chosen: Annotated[str, Query(alias="budget")] = "",
-    ) -> HTMLResponse:
-        context = overview_context(since, run_id or None, chosen or None)
-        return page("overview.html", request, **context)
+    def overview_route(path: str, template: str) -> None:
+        @router.get(path, response_class=HTMLResponse)
+        def overview(
+            request: Request,
+            since: str = DEFAULT_RANGE,
+            run_id: str = "",
+            chosen: Annotated[str, Query(alias="budget")] = "",
+        ) -> HTMLResponse:
+            context = overview_context(since, run_id or None, chosen or None)
+            return page(template, request, **context)
 
-    @router.get("/overview/body", response_class=HTMLResponse)
-    def overview_body(
-        request: Request,
-        since: str = DEFAULT_RANGE,
-        run_id: str = "",
-        chosen: Annotated[str, Query(alias="budget")] = "",
-    ) -> HTMLResponse:
-        """The overview without its frame, for the page's in-place refresh."""
-        context = overview_context(since, run_id or None, chosen or None)
-        return page("overview_body.html", request, **context)
+    overview_route("/", "overview.html")
+    overview_route("/overview/body", "overview_body.html")  # the page's in-place refresh
 
     @router.get("/traces", response_class=HTMLResponse)
     def trace_list(
@@ -440,21 +433,3 @@ def ui_router(
         return RedirectResponse(f"/traces/{trace_id}", status_code=308)
 
     return router
-
-
-class BudgetNames:
-    """A budget by the name verdicts give it: the one in effect (`current()`), or a shipped
-    preset's (read once, when first asked for); None for another (a budget reloaded since,
-    say)."""
-
-    def __init__(self, current: Callable[[], Budget]) -> None:
-        self._current = current
-        self._presets: dict[str, Budget] | None = None
-
-    def __call__(self, name: str) -> Budget | None:
-        current = self._current()
-        if name == current.name:
-            return current
-        if self._presets is None:
-            self._presets = preset_budgets()
-        return self._presets.get(name)

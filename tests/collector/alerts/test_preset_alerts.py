@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from spanbudget.collector.alerts.budgets import BudgetAlerts
 from spanbudget.collector.alerts.engine import Alert, AlertEngine, AlertSettings
-from spanbudget.collector.budget.loader import load_budget, load_preset
+from spanbudget.collector.budget.loader import BudgetNames, load_budget, load_preset
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.intake.otlp import PROTOBUF
 from spanbudget.collector.judging.auto import Judges
@@ -146,11 +146,12 @@ class Engines:
 
 def test_each_verdict_feeds_its_own_budgets_rules_made_at_its_first(budget: Budget) -> None:
     engines = Engines()
-    loaded: list[str] = []
+    asked: list[str] = []
+    presets = BudgetNames()
 
-    def preset(name: str) -> Budget:
-        loaded.append(name)
-        return load_preset(name).budget
+    def preset(name: str) -> Budget | None:
+        asked.append(name)
+        return presets(name)
 
     alerts = BudgetAlerts(budget, engines, preset)
     assert [e.budget.name for e in alerts.engines()] == ["rag-ttft"]
@@ -158,7 +159,7 @@ def test_each_verdict_feeds_its_own_budgets_rules_made_at_its_first(budget: Budg
     theirs = judged(budget, *(openinference_trace(f"{n:032x}", 200) for n in (2, 3)))
     alerts.on_verdicts([*ours, *theirs])
     alerts.on_verdicts(judged(budget, openinference_trace("4" * 32, 30)))
-    assert loaded == ["openinference"]  # made once
+    assert asked == [PRESET]  # made once
     _, preset_engine = alerts.engines()
     assert preset_engine.budget.name == PRESET
     by = {(s.budget, s.stage): s.track.long for s in alerts.rule_states()}
@@ -169,10 +170,19 @@ def test_each_verdict_feeds_its_own_budgets_rules_made_at_its_first(budget: Budg
 
 def test_a_verdict_of_a_budget_no_longer_in_effect_is_left_out(budget: Budget) -> None:
     engines = Engines()
-    alerts = BudgetAlerts(budget, engines, lambda name: load_preset(name).budget)
+    asked: list[str] = []
+    presets = BudgetNames()
+
+    def preset(name: str) -> Budget | None:
+        asked.append(name)
+        return presets(name)
+
+    alerts = BudgetAlerts(budget, engines, preset)
     before = judged(budget, rag_trace(trace_id="1" * 32, retrieval=30))
     alerts.set_budget(load_preset("genai").budget)  # a reload to another budget
     alerts.on_verdicts(before)  # judged under the old one: no rules of it run now
+    alerts.on_verdicts(before)
+    assert asked == ["rag-ttft"]  # not a preset's: asked once, then left out
     assert len(engines.made) == 1
     assert all(s.track.long.judged == 0 for s in alerts.rule_states())
 
@@ -182,7 +192,7 @@ def test_rules_made_after_the_start_run_on_their_timer(budget: Budget) -> None:
         return sum(1 for t in threading.enumerate() if t.name == "alert-rules")
 
     before = timers()
-    alerts = BudgetAlerts(budget, Engines(), lambda name: load_preset(name).budget)
+    alerts = BudgetAlerts(budget, Engines(), BudgetNames())
     alerts.start()
     try:
         assert timers() == before + 1
@@ -205,6 +215,6 @@ def test_a_preset_that_cannot_be_loaded_is_logged_once_and_left_out(
     alerts = BudgetAlerts(budget, Engines(), broken)
     for n in (6, 7):
         alerts.on_verdicts(judged(budget, openinference_trace(f"{n:032x}", 200)))
-    assert calls == ["openinference"]
-    assert "no alert rules for preset 'openinference'" in caplog.text
+    assert calls == [PRESET]
+    assert f"no alert rules for budget {PRESET!r}: its preset did not load" in caplog.text
     assert [e.budget.name for e in alerts.engines()] == ["rag-ttft"]

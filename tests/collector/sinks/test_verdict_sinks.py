@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from spanbudget.collector.alerts.budgets import BudgetAlerts
 from spanbudget.collector.alerts.engine import Alert, AlertEngine, AlertSettings
 from spanbudget.collector.annotations import BUDGET_STAGE, BUDGET_STATUS
-from spanbudget.collector.budget.loader import load_budget, load_preset
+from spanbudget.collector.budget.loader import BudgetNames, load_budget
 from spanbudget.collector.budget.model import Budget
 from spanbudget.collector.core.decisions import DecidedTrace, Decisions
 from spanbudget.collector.core.held import HeldSpan
@@ -129,7 +129,7 @@ def test_metrics_sink_observes_each_judged_verdict(budget: Budget) -> None:
 def test_alerts_sink_feeds_the_engine_and_hands_it_a_switched_budget(budget: Budget) -> None:
     sent: list[Alert] = []
     engine = AlertEngine(budget, sent.append, AlertSettings(min_judged=1, min_overruns=1))
-    alerts = BudgetAlerts(budget, lambda _: engine, lambda name: load_preset(name).budget)
+    alerts = BudgetAlerts(budget, lambda _: engine, BudgetNames())
     sink = AlertsSink(alerts)
     traces = [_judged(budget, f"{n + 1:032x}", retrieval=30) for n in range(3)]
     sink.consume(Decisions(budget, [*traces, _skipped("c" * 32)]))
