@@ -144,22 +144,28 @@ class Engines:
         return engine
 
 
+class Asked(BudgetNames):
+    """The presets by budget name, keeping the names asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    def __call__(self, name: str) -> Budget | None:
+        self.asked.append(name)
+        return super().__call__(name)
+
+
 def test_each_verdict_feeds_its_own_budgets_rules_made_at_its_first(budget: Budget) -> None:
     engines = Engines()
-    asked: list[str] = []
-    presets = BudgetNames()
-
-    def preset(name: str) -> Budget | None:
-        asked.append(name)
-        return presets(name)
-
+    preset = Asked()
     alerts = BudgetAlerts(budget, engines, preset)
     assert [e.budget.name for e in alerts.engines()] == ["rag-ttft"]
     ours = judged(budget, rag_trace(trace_id="1" * 32, retrieval=30))
     theirs = judged(budget, *(openinference_trace(f"{n:032x}", 200) for n in (2, 3)))
     alerts.on_verdicts([*ours, *theirs])
     alerts.on_verdicts(judged(budget, openinference_trace("4" * 32, 30)))
-    assert asked == [PRESET]  # made once
+    assert preset.asked == [PRESET]  # made once
     _, preset_engine = alerts.engines()
     assert preset_engine.budget.name == PRESET
     by = {(s.budget, s.stage): s.track.long for s in alerts.rule_states()}
@@ -170,19 +176,13 @@ def test_each_verdict_feeds_its_own_budgets_rules_made_at_its_first(budget: Budg
 
 def test_a_verdict_of_a_budget_no_longer_in_effect_is_left_out(budget: Budget) -> None:
     engines = Engines()
-    asked: list[str] = []
-    presets = BudgetNames()
-
-    def preset(name: str) -> Budget | None:
-        asked.append(name)
-        return presets(name)
-
+    preset = Asked()
     alerts = BudgetAlerts(budget, engines, preset)
     before = judged(budget, rag_trace(trace_id="1" * 32, retrieval=30))
     alerts.set_budget(load_preset("genai").budget)  # a reload to another budget
     alerts.on_verdicts(before)  # judged under the old one: no rules of it run now
     alerts.on_verdicts(before)
-    assert asked == ["rag-ttft"]  # not a preset's: asked once, then left out
+    assert preset.asked == ["rag-ttft"]  # not a preset's: asked once, then left out
     assert len(engines.made) == 1
     assert all(s.track.long.judged == 0 for s in alerts.rule_states())
 
