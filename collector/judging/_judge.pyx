@@ -52,6 +52,7 @@ from .llm_calls import (
     OPENINFERENCE_KIND,
     STREAM_FLAGS,
     LlmRequest,
+    marked_by,
     request_of,
     streamed,
 )
@@ -293,6 +294,7 @@ cdef class CompiledJudge:
     cdef tuple stages
     cdef Py_ssize_t stage_count
     cdef object judged
+    cdef frozenset mark_keys, mark_events  # a span carrying one is an LLM call (`scan`)
 
     def __init__(self, budget, table, tuple marks, list sources, walks, judged):
         for cls, fields in (
@@ -319,35 +321,48 @@ cdef class CompiledJudge:
         self.names = tuple(stage.name for stage in self.stages)
         self.stage_count = len(self.stages)
         self.judged = judged
+        self.mark_keys, self.mark_events = marked_by(budget.first_token)
 
     def judge(self, spans, evaluated_at):
         """The trace's `Judged`, None when no span claims a stage, or `HANDBACK`."""
-        spans = list(spans)  # its own: the caller's list could change under it
+        return self._judge_trace(list(spans), evaluated_at, False)[0]
+
+    def judge_reading(self, spans, evaluated_at):
+        """`judge`, and `read` of the trace it judged (the first token's carrier that of
+        the `Judged`) where the judge's own index of the spans answers it: most traces,
+        whose calls do not tell whether they streamed; None for the request where
+        `read` must. A pair."""
+        return self._judge_trace(list(spans), evaluated_at, True)
+
+    cdef tuple _judge_trace(self, list spans, object evaluated_at, bint reading):
+        # `spans` is its own list: the caller's could change under it.
         if not spans:
-            return None
+            return None, None
         cdef _Trace trace = _Trace(self, spans)
         cdef int outcome = trace.assemble()
         if outcome == GIVE_BACK:
-            return HANDBACK
+            return HANDBACK, None
         if not trace.any_matched():
-            return None
+            return None, None
         cdef int64_t first_token = 0
         cdef bint found = False
         cdef Py_ssize_t mark = -1, marked = -1
         outcome = trace.first_token(&first_token, &found, &mark, &marked)
         if outcome == GIVE_BACK:
-            return HANDBACK
+            return HANDBACK, None
         cdef Node* root = &trace.nodes[0]
         cdef int64_t window_start = root.start
         cdef int64_t window_end = first_token if found else root.end
         if window_end - window_start >= _EXACT_NS:
-            return HANDBACK
+            return HANDBACK, None
         cdef int64_t uncovered = trace.attribute(window_start, window_end)
         judged = self._judged(trace, uncovered, window_start, window_end, found, evaluated_at)
         if found:  # which mark gave the first token, on which span
             PyObject_GenericSetAttr(judged, "first_token_mark", mark)
             PyObject_GenericSetAttr(judged, "first_token_span", trace.span(marked).span_id)
-        return judged
+        if not reading:
+            return judged, None
+        return judged, trace.request(trace.nodes[marked].row if found else -1)
 
     def read(self, spans, first_token_span):
         """`llm_calls.read_request` of a judged trace (its first token carried by span
@@ -595,6 +610,8 @@ cdef class _Trace:
     cdef int64_t* units
     cdef char* taken
     cdef int64_t skew_ns
+    cdef Py_ssize_t orphans  # spans whose parent is none or not in the trace (`scan`'s)
+    cdef bint irregular  # a repeated span id, or a span its own parent: `read` reads it
 
     def __cinit__(self, CompiledJudge judge, list spans):
         cdef Py_ssize_t n, size
@@ -633,6 +650,8 @@ cdef class _Trace:
             self.matched[i] = 0
         self.node_count = 0
         self.skew_ns = 0
+        self.orphans = 0
+        self.irregular = False
 
     def __dealloc__(self):
         PyMem_Free(self.rows)
@@ -761,6 +780,7 @@ cdef class _Trace:
                     break
                 if PyObject_RichCompareBool(spans[at].span_id, span_id, Py_EQ):
                     row.parent = -2
+                    self.irregular = True
                     break
                 slot = (slot + 1) & self.slot_mask
         for pos in range(n):
@@ -774,9 +794,15 @@ cdef class _Trace:
             ):
                 return GIVE_BACK
             parent_id = _field(span, _PARENT_AT, "parent_span_id")
-            if parent_id is not None:
+            if parent_id is None:
+                self.orphans += 1
+            else:
                 parent = self.find(parent_id)
-                if parent >= 0 and parent != pos:
+                if parent < 0:
+                    self.orphans += 1
+                elif parent == pos:
+                    self.irregular = True
+                else:
                     row.parent = parent
                     self.rows[parent].kid_count += 1
         # Children in the order of their first appearance.
@@ -928,6 +954,118 @@ cdef class _Trace:
         if name == VLLM_REQUEST_SPAN and not self.has_phase_spans(pos):
             return self.add_phases(index, span)
         return DONE
+
+    cdef object request(self, Py_ssize_t carrier):
+        """`CompiledJudge.read` of these spans, the first token carried by span number
+        `carrier` (-1: none), over this trace's own index instead of `scan`'s dicts; None
+        where `read` must read it: spans with a repeated id or their own parent, whose
+        walks differ, and calls that tell whether they streamed (`llm_calls.request_of`)."""
+        if self.irregular:
+            return None
+        cdef CompiledJudge judge = self.judge
+        cdef list spans = self.spans
+        cdef Py_ssize_t n = self.span_count, pos, up, steps, count = 0, last = -1, chosen = -1
+        cdef Py_ssize_t missing = self.orphans - 1 if self.orphans > 1 else 0
+        cdef bint sends = False, called
+        cdef char* calls = <char*>PyMem_Malloc(n)
+        if calls is NULL:
+            raise MemoryError()
+        try:
+            for pos in range(n):  # `scan`'s first pass: which spans are calls
+                span = spans[pos]
+                attributes = _field(span, _ATTRIBUTES_AT, "attributes")
+                called = _is_llm_call(span, attributes)
+                if not called and judge.mark_keys:
+                    for key in judge.mark_keys:
+                        if _has(attributes, key):
+                            called = True
+                            break
+                if not called and judge.mark_events:
+                    for event in _field(span, _EVENTS_AT, "events"):
+                        if event.name in judge.mark_events:
+                            called = True
+                            break
+                calls[pos] = called
+                count += called
+                if not sends:
+                    sends = _has(attributes, ASGI_EVENT)
+            if count == 0:
+                return _fill(LlmRequest, judge.request_at, (0, None, None, {}, missing))
+            if sends:
+                return None
+            for pos in range(n):
+                if calls[pos]:
+                    attributes = _field(spans[pos], _ATTRIBUTES_AT, "attributes")
+                    if (
+                        _has(attributes, STREAM_FLAGS[0])
+                        or _has(attributes, STREAM_FLAGS[1])
+                        or _has(attributes, INVOCATION_PARAMETERS)
+                    ) and streamed(spans[pos]) is not None:
+                        return None
+            # Nothing tells. The outermost calls (none above them; all of them, where every
+            # call has one above), and of those the last to end, as `max` picks it.
+            for outer in (True, False):
+                for pos in range(n):
+                    if not calls[pos] or (outer and self.call_above(pos, calls)):
+                        continue
+                    if last < 0 or self.rows[pos].end > self.rows[last].end or (
+                        self.rows[pos].end == self.rows[last].end
+                        and PyObject_RichCompareBool(
+                            _field(spans[pos], _SPAN_ID_AT, "span_id"),
+                            _field(spans[last], _SPAN_ID_AT, "span_id"),
+                            Py_GT,
+                        )
+                    ):
+                        last = pos
+                if last >= 0:
+                    break
+            # The call the first token came out of: the outermost at or above its carrier.
+            up, steps = carrier, 0
+            while up >= 0 and steps <= n:
+                if calls[up]:
+                    chosen = up
+                up = self.rows[up].parent
+                steps += 1
+            if chosen < 0:
+                chosen = last
+            attributes = call_attributes(spans[chosen], self.calls_below(chosen, calls))
+            last_span = spans[last]
+            return _fill(LlmRequest, judge.request_at, (
+                count, None, (last_span.span_id, last_span.end_ns), attributes, missing
+            ))
+        finally:
+            PyMem_Free(calls)
+
+    cdef bint call_above(self, Py_ssize_t pos, const char* calls) noexcept:
+        """Whether a call is above span `pos` (`llm_calls._has_ancestor_in`)."""
+        cdef Py_ssize_t up = self.rows[pos].parent, steps = 0
+        while up >= 0 and steps < self.span_count:
+            if calls[up]:
+                return True
+            up = self.rows[up].parent
+            steps += 1
+        return False
+
+    cdef list calls_below(self, Py_ssize_t pos, const char* calls):
+        """The calls under span `pos`, depth first in their order (`calls_below`)."""
+        cdef list found = []
+        cdef Py_ssize_t* pending = self.scratch  # free again: the walks are done
+        cdef Py_ssize_t top = 0, at, i, steps = 0
+        cdef Row* row = &self.rows[pos]
+        for i in range(row.kid_count - 1, -1, -1):
+            pending[top] = self.kid_rows[row.kids_at + i]
+            top += 1
+        while top > 0 and steps < self.span_count:
+            top -= 1
+            at = pending[top]
+            steps += 1
+            if calls[at]:
+                found.append(self.spans[at])
+            row = &self.rows[at]
+            for i in range(row.kid_count - 1, -1, -1):
+                pending[top] = self.kid_rows[row.kids_at + i]
+                top += 1
+        return found
 
     cdef bint has_phase_spans(self, Py_ssize_t pos) except -1:
         """`attribution._reads_phases`: vLLM's per-phase spans among the span's children."""

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from ..budget.model import Budget, FirstTokenMark, NonStreamed, Selector, WhenAbsent
 from ..spans import Span, seconds_value
 from .attribution import Node, Tree, assemble, attribute_window
-from .llm_calls import read_request, reading, settle
+from .llm_calls import LlmRequest, read_request, reading, settle
 from .stage_table import StageTable
 from .verdict import SEVERITY as _SEVERITY
 from .verdict import StageResult, Status, Verdict, new_stage_result
@@ -157,8 +157,11 @@ class Evaluator:
         `tree.release()` when done with it.
         """
         judged: Judged | None = None
+        request: LlmRequest | None = None
         if not keep_tree and self._compiled is not None:
-            compiled = self._compiled.judge(spans, evaluated_at)
+            # The compiled judge reads the calls too, where its own index of the spans
+            # answers (most traces); else `read` below.
+            compiled, request = self._compiled.judge_reading(spans, evaluated_at)
             if compiled is None:
                 return None
             if isinstance(compiled, Judged):
@@ -168,9 +171,9 @@ class Evaluator:
             if judged is None:
                 return None
         fast = self._compiled
-        if fast is not None:
+        if request is None and fast is not None:
             request = fast.read(spans, judged.first_token_span)
-        else:
+        elif request is None:
             request = read_request(
                 spans, judged.first_token_span, self.budget.first_token, walks=self._walks
             )

@@ -151,10 +151,17 @@ class Reading(NamedTuple):
     call_attributes: Callable[[Span, Iterable[Span]], dict[str, str | int]]
 
 
-def reading(marks: Sequence[FirstTokenMark], compiled: ModuleType | None = None) -> Reading:
-    """The walks for a budget's `marks`: this module's, or those of `compiled` (`_judge`)."""
+def marked_by(marks: Sequence[FirstTokenMark]) -> tuple[frozenset[str], frozenset[str]]:
+    """The attribute names and the event names of a budget's `marks`: a span carrying one
+    of them counts as an LLM call (`scan`)."""
     keys = frozenset(mark.attribute for mark in marks if mark.attribute is not None)
     events = frozenset(name for mark in marks for name in mark.events)
+    return keys, events
+
+
+def reading(marks: Sequence[FirstTokenMark], compiled: ModuleType | None = None) -> Reading:
+    """The walks for a budget's `marks`: this module's, or those of `compiled` (`_judge`)."""
+    keys, events = marked_by(marks)
     if compiled is None:
         return Reading(lambda spans: scan(spans, keys, events), calls_below, call_attributes)
     run = compiled.scan
@@ -209,8 +216,9 @@ def request_of(
     walks: Reading,
 ) -> LlmRequest:
     """`read_request` past its first pass (`scanned`: what `walks.scan` found in `spans`).
-    The compiled evaluator reads most traces itself (`_judge.CompiledJudge.read`) and
-    hands this the rest: where a call or a server tells whether the calls streamed."""
+    The compiled evaluator reads most traces itself (`_judge.CompiledJudge.judge_reading`
+    over its judge's own index of the spans, else `CompiledJudge.read`) and hands this the
+    rest: where a call or a server tells whether the calls streamed."""
     by_id, children, calls, call_ids, outermost, told, orphans = scanned
     missing = max(0, orphans - 1)  # the root's own parent is not in the trace either
     if not calls:

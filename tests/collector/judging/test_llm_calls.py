@@ -371,6 +371,71 @@ def call_traces(draw: st.DrawFn) -> list[Span]:
     return spans
 
 
+# What tells whether the calls streamed: a trace without any is read by the judge itself.
+TELLING = (
+    "asgi.event.type",
+    "gen_ai.request.stream",
+    "gen_ai.is_streaming",
+    "llm.invocation_parameters",
+)
+
+
+@st.composite
+def quiet_call_traces(draw: st.DrawFn) -> list[Span]:
+    """`call_traces` whose ids are unique, none its own parent, and whose calls do not
+    tell whether they streamed: the traces the compiled judge reads the calls of itself."""
+    count = draw(st.integers(1, 9))
+    ids = draw(st.permutations([f"{i + 1:016x}" for i in range(count + 1)]))  # any order
+    quiet = sorted(key for key in CALL_ATTRIBUTES if key not in TELLING)
+    spans = []
+    for i in range(count):
+        keys = draw(st.lists(st.sampled_from(quiet), unique=True, max_size=6))
+        attributes = {key: draw(st.sampled_from(CALL_ATTRIBUTES[key])) for key in keys}
+        events = draw(st.sampled_from([(), (SpanEvent(CHUNK, 5),), (SpanEvent("other", 5),)]))
+        others = [span_id for n, span_id in enumerate(ids) if n != i]
+        spans.append(
+            Span(
+                "1" * 32,
+                ids[i],
+                draw(st.sampled_from(["llm_request", "chat", "POST", "other"])),
+                i,
+                draw(st.sampled_from([i + 10, 20])),  # some end together
+                parent_span_id=draw(st.none() | st.sampled_from(others)),
+                kind=draw(st.sampled_from([SpanKind.SERVER, SpanKind.CLIENT])),
+                attributes=attributes,
+                events=events,
+            )
+        )
+    return spans
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled path is not built")
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(quiet_call_traces(), st.sampled_from([OPENLLMETRY, OPENLIT, GENAI, REFERENCE]))
+def test_the_judge_reads_quiet_calls_as_read_request_does(
+    spans: list[Span], budget: Budget
+) -> None:
+    """Each trace the compiled judge judges whose calls do not tell whether they
+    streamed, it reads itself (`judge_reading`), as `read_request` does: which calls,
+    the last to end (ties by span id), the call the first token came from, what it and
+    the calls below it name, the missing parents."""
+    fast = Evaluator(budget, compiled=True)._compiled
+    assert fast is not None
+    body = to_request(spans).SerializeToString()
+    read = SpanReader(AttributeKeys(every=True), compiled=True).read(body, "test").to_spans()
+    for trace in (spans, read):
+        judged, request = fast.judge_reading(trace, NOW)
+        if not isinstance(judged, Judged):
+            assert request is None
+            continue
+        assert request is not None
+        expected = read_request(trace, judged.first_token_span, budget.first_token)
+        assert request == expected
+        assert list(map(type, request.attributes.values())) == list(
+            map(type, expected.attributes.values())
+        )
+
+
 @pytest.mark.skipif(not COMPILED, reason="the compiled path is not built")
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(call_traces(), st.sampled_from([OPENLLMETRY, OPENLIT, GENAI]))
@@ -428,6 +493,15 @@ def test_the_compiled_request_and_settling_are_the_pythons(
             )
         judgement = python.judge(trace, evaluated_at=NOW, keep_tree=True)
         assert compiled.judge(trace, evaluated_at=NOW) == replace_tree(judgement)
+        judged, reading_too = fast.judge_reading(trace, NOW)
+        assert judged == fast.judge(trace, NOW)
+        if reading_too is not None:  # read over the judge's own index: as `read_request`
+            assert isinstance(judged, Judged)
+            expected = read_request(trace, judged.first_token_span, budget.first_token)
+            assert reading_too == expected
+            assert list(map(type, reading_too.attributes.values())) == list(
+                map(type, expected.attributes.values())
+            )
         if judgement is None:
             continue
         request = read_request(trace, judgement.first_token_span, budget.first_token)
@@ -454,6 +528,41 @@ def replace_tree(judgement: Judged | None) -> Judged | None:
         return judgement
     judgement.tree.release()
     return replace(judgement, tree=None)
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled path is not built")
+def test_the_judge_reads_the_calls_of_most_traces_itself() -> None:
+    """The reference path's trace and an OpenLLMetry one: the compiled judge reads their
+    calls over its own index, as `read_request` does; spans with a repeated id, or whose
+    calls tell whether they streamed, are left to `read` (None)."""
+    reference = rag_trace(trace_id="ab" * 16).spans
+    openllmetry = TraceBuilder("cd" * 16)
+    openllmetry.add("workflow", 0, 400)
+    openllmetry.add(
+        "openai.chat",
+        10,
+        390,
+        parent=openllmetry.spans[0].span_id,
+        attributes={"llm.request.type": "chat", "gen_ai.request.model": "gpt-4o"},
+    )
+    for budget, spans in ((REFERENCE, reference), (OPENLLMETRY, openllmetry.spans)):
+        fast = Evaluator(budget, compiled=True)._compiled
+        assert fast is not None
+        judged, request = fast.judge_reading(spans, NOW)
+        assert isinstance(judged, Judged)
+        assert request is not None
+        assert request.calls > 0
+        assert request == read_request(spans, judged.first_token_span, budget.first_token)
+        repeated = [*spans, spans[-1]]
+        assert fast.judge_reading(repeated, NOW)[1] is None
+    chat = openllmetry.spans[1]
+    told = replace(chat, attributes={**chat.attributes, "gen_ai.is_streaming": True})
+    streaming = [openllmetry.spans[0], told]
+    fast = Evaluator(OPENLLMETRY, compiled=True)._compiled
+    assert fast is not None
+    judged, request = fast.judge_reading(streaming, NOW)
+    assert isinstance(judged, Judged)
+    assert request is None
 
 
 @pytest.mark.skipif(not COMPILED, reason="the compiled path is not built")
