@@ -11,6 +11,14 @@ the number of traces is the cost of one 12-span trace, start-up and imports left
 The floor is counted the same way: the minimal tree walk of bench/evaluate.py. Where the
 compiled path is built, the pure-Python path is counted beside it.
 
+The collector is counted the same way (`collector` rows): `collect`'s default configuration
+in-process (span store, intake journal, alert rules, presets recognised; bench/pipeline.py's
+traces and requests), every thread's instructions, the bodies offered as the HTTP route
+offers them and judged in one step at the end (`flush`: a decision wait that never ends),
+so that no timing decides how many steps there are. That is the whole collector per
+trace but for the HTTP server, deterministic where bench/pipeline.py's spans/s move by a
+third between runs on a shared machine.
+
 `--against` counts a second checkout (another release) in the same run, for a ratio.
 valgrind comes from Debian (`apt-get install valgrind`). `--quick` (CI) counts 200 traces
 and leaves the floor out: valgrind runs Python about 50 times slower.
@@ -33,6 +41,9 @@ _COLLECTED = re.compile(r"Collected : (\d+)")
 def child(root: Path, what: str, passes: int, count: int) -> None:
     """What runs under valgrind: judge `count` traces `passes` times (0 or 1)."""
     sys.path[:0] = [str(root), str(root / "bench")]
+    if what == "collector":
+        collector(root, passes, count)
+        return
     from evaluate import make_traces, tree_walk  # the bench of the checkout counted
     from spanbudget.collector.budget.loader import load_budget
     from spanbudget.collector.judging.evaluate import Evaluator
@@ -51,6 +62,46 @@ def child(root: Path, what: str, passes: int, count: int) -> None:
                 evaluator.evaluate(trace, evaluated_at=now)
             else:
                 tree_walk(trace)
+
+
+def collector(root: Path, passes: int, count: int) -> None:
+    """`collect`'s default configuration in-process, as the checkout at `root` makes it:
+    a tenth of `count` traces judged to warm it, then (pass 1) `count` traces offered and
+    judged in one step."""
+    import tempfile
+
+    from pipeline import PROTOBUF, make_payloads  # the bench of the checkout counted
+    from spanbudget.collector.budget.loader import load_budget
+    from spanbudget.collector.live.gc_settings import tune_for_throughput
+    from spanbudget.collector.live.pipeline import assemble
+    from spanbudget.collector.live.settings import CollectorSettings
+
+    per_request = 40
+    warm = make_payloads(max(per_request, count // 10), per_request, 1)
+    payloads = make_payloads(count, per_request, 2)
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = CollectorSettings.from_flat(
+            grpc_listen="off",
+            db_path=Path(tmp) / "verdicts.db",
+            budget_path=root / "budget.yaml",
+            decision_wait_seconds=3600.0,  # judged at `flush` only: one step, every run
+            intake_queue_spans=(count + len(warm) * per_request) * 12 + 1,
+            max_traces=count + len(warm) * per_request,
+            retention_seconds=86400,
+            retention_count=10_000_000,
+            span_retention_count=100_000,
+        )
+        pipeline = assemble(settings, load_budget(root / "budget.yaml").budget)
+        pipeline.start()
+        tune_for_throughput()  # as `spanbudget collect` runs
+        spans = pipeline.spans
+        assert spans is not None
+        for bodies in (warm, payloads)[: 1 + passes]:
+            for body in bodies:
+                pipeline.intake.receive(body, content_type=PROTOBUF, content_encoding=None)
+            assert pipeline.core.flush(600)
+            assert spans.wait_idle(600)
+        pipeline.close()
 
 
 def count_instructions(valgrind: str, root: Path, what: str, passes: int, count: int) -> int:
@@ -138,6 +189,30 @@ def main() -> None:
         aim="fewer than the release before (deterministic, not wall clock)",
         floor=rows[0][2],
         floor_name="tree walk",
+    )
+
+    # The whole collector, its default configuration in-process.
+    counted = [("this checkout", per_trace(valgrind, REPO, "collector", args.traces))]
+    if args.against is not None:
+        counted.append((str(args.against), per_trace(valgrind, other, "collector", args.traces)))
+    table = Table(
+        title=f"collector, default configuration in-process: instructions per 12-span trace"
+        f" (callgrind, every thread, {args.traces} traces)"
+    )
+    for column in ("checkout", "collector", "÷ evaluator", "ratio"):
+        table.add_column(column, justify="right")
+    mine = counted[0][1]
+    for label, cost in counted:
+        table.add_row(label, f"{cost:,.0f}", f"{cost / first:.1f}×", f"{cost / mine:.3f}")
+    Console(width=140).print(table)
+    for label, cost in counted[1:]:
+        print(f"collector, this checkout ÷ {label}: {mine / cost:.3f}")
+    record(
+        "instructions",
+        "collector's default configuration in-process, instructions / 12-span trace",
+        mine,
+        "instructions",
+        aim="fewer than the release before (deterministic, not wall clock)",
     )
 
 
