@@ -1586,6 +1586,9 @@ cdef tuple _SCOPE_BITS = tuple(
     (prefixes, _LIBRARY_BIT[library]) for library, prefixes in SCOPE_PREFIXES
 )
 cdef tuple _KEY_BITS = tuple((key, _LIBRARY_BIT[library]) for key, library in ATTRIBUTE_KEYS)
+cdef dict _BITS_OF_KEY = {}  # each key's libraries, for a span that has fewer keys than these
+for _key, _bit in _KEY_BITS:
+    _BITS_OF_KEY[_key] = _BITS_OF_KEY.get(_key, 0) | _bit
 cdef tuple _EVENT_BITS = tuple(
     (names, _LIBRARY_BIT[library]) for library, names in EVENT_NAMES
 )
@@ -1617,9 +1620,15 @@ def recognize(spans):
                 bit = <object>known
             found |= bit
         attributes = _field(span, _ATTRIBUTES_AT, "attributes")
-        for key, library_bit in _KEY_BITS:
-            if _has(attributes, key):
-                found |= <long>library_bit
+        if len(attributes) < len(_KEY_BITS):  # its few keys looked up, not each of these
+            for key in attributes:
+                known = PyDict_GetItem(_BITS_OF_KEY, key)
+                if known is not NULL:
+                    found |= <long><object>known
+        else:
+            for key, library_bit in _KEY_BITS:
+                if _has(attributes, key):
+                    found |= <long>library_bit
         value = _get(attributes, _SDK_KEY)
         if value is not None and value == _SDK_OPENLIT:
             found |= _OPENLIT_BIT

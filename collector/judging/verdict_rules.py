@@ -96,6 +96,11 @@ def carried_attributes(
     `requests.settle`)."""
     out: dict[str, str | int | float | bool] = {}
     for key, value in root_attributes.items():
-        if key.startswith(LOADTEST_PREFIX) and isinstance(value, str | int | float | bool):
+        if key.startswith(LOADTEST_PREFIX) and isinstance(value, _CARRIED):
             out[key] = value
     return out
+
+
+# What a carried attribute may be. A tuple, not `str | int | float | bool`: `isinstance`
+# takes it in half the time, and this runs on every trace the collector judges.
+_CARRIED = (str, int, float, bool)

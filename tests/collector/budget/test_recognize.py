@@ -13,8 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spanbudget.collector.budget.recognize import Instrumentation, recognize
 from spanbudget.collector.judging.evaluate import COMPILED
+from spanbudget.collector.readers.span_records import AttributeKeys, SpanReader
 from spanbudget.collector.spans import Span, SpanEvent, SpanKind
 
+from tests.support.otlp import to_request
 from tests.support.traces import TraceBuilder, rag_trace
 
 Recognizer = Callable[[Sequence[Span]], Instrumentation | None]
@@ -114,7 +116,8 @@ NAMES = ["llm_request", "vllm_queue", "vllm_prefill", "vllm_decode", "chat", "PO
 def marked_spans(draw: st.DrawFn) -> list[Span]:
     spans = []
     for i in range(draw(st.integers(0, 6))):
-        keys = draw(st.lists(st.sampled_from(sorted(ATTRIBUTES)), unique=True, max_size=3))
+        # Up to every key: fewer than the keys recognition looks for, and as many or more.
+        keys = draw(st.lists(st.sampled_from(sorted(ATTRIBUTES)), unique=True))
         names = draw(st.lists(st.sampled_from(EVENTS), unique=True, max_size=2))
         spans.append(
             Span(
@@ -135,4 +138,9 @@ def marked_spans(draw: st.DrawFn) -> list[Span]:
 @settings(max_examples=400, deadline=None)
 @given(marked_spans())
 def test_the_compiled_recognition_is_the_pythons(spans: list[Span]) -> None:
+    """On the spans as given (dict attributes) and as the wire reader makes them."""
     assert RECOGNIZERS[1](spans) is recognize(spans)
+    if spans:
+        body = to_request(spans).SerializeToString()
+        read = SpanReader(AttributeKeys(every=True), compiled=True).read(body, "t").to_spans()
+        assert RECOGNIZERS[1](read) is recognize(read) is recognize(spans)
