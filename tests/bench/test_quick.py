@@ -90,6 +90,31 @@ def test_the_instruction_count_runs_quick(
     check("instructions.py", start_quick("instructions.py", tmp_path), tmp_path)
 
 
+def test_the_collector_counted_by_instructions_runs(tmp_path: Path) -> None:
+    """What bench/instructions.py counts of the collector (left out of its `--quick`: a
+    minute and more under valgrind), run here without valgrind: a pass judges the warm-up
+    traces (a request of 40), the next the 40 counted too."""
+    for passes, judged in (("0", 40), ("1", 80)):
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(BENCH / "instructions.py"),
+                "--child",
+                str(BENCH.parent),
+                "collector",
+                passes,
+                "40",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert f"judged {judged}" in done.stdout
+
+
 @pytest.mark.slow
 def test_the_model_benches_run_quick(tmp_path: Path) -> None:
     """Side by side, to keep the suite short: most of their time is waiting for start-up."""
