@@ -344,31 +344,34 @@ CALL_ATTRIBUTES: dict[str, list[AttrValue]] = {
 }
 
 
+def call_span(draw: st.DrawFn, i: int, span_id: str, parents: list[str], keys: list[str]) -> Span:
+    """Span `i` of a trace: named, attributed (from `keys`) and with events as an LLM call,
+    a mark, a server's send or none of them; its parent none or one of `parents`."""
+    chosen = draw(st.lists(st.sampled_from(keys), unique=True, max_size=6))
+    return Span(
+        "1" * 32,
+        span_id,
+        draw(st.sampled_from(["llm_request", "chat", "POST", "other"])),
+        i,
+        draw(st.sampled_from([i + 10, 20])),  # some end together
+        parent_span_id=draw(st.none() | st.sampled_from(parents)),
+        kind=draw(st.sampled_from([SpanKind.SERVER, SpanKind.CLIENT])),
+        attributes={key: draw(st.sampled_from(CALL_ATTRIBUTES[key])) for key in chosen},
+        events=draw(st.sampled_from([(), (SpanEvent(CHUNK, 5),), (SpanEvent("other", 5),)])),
+    )
+
+
 @st.composite
 def call_traces(draw: st.DrawFn) -> list[Span]:
     """Spans named and attributed as LLM calls, marks, servers' sends or none of them, with
     ids that repeat and parents that are missing, their own or in a cycle."""
     count = draw(st.integers(1, 9))
     ids = [f"{i + 1:016x}" for i in range(count + 2)]
-    spans = []
-    for i in range(count):
-        keys = draw(st.lists(st.sampled_from(sorted(CALL_ATTRIBUTES)), unique=True, max_size=6))
-        attributes = {key: draw(st.sampled_from(CALL_ATTRIBUTES[key])) for key in keys}
-        events = draw(st.sampled_from([(), (SpanEvent(CHUNK, 5),), (SpanEvent("other", 5),)]))
-        spans.append(
-            Span(
-                "1" * 32,
-                draw(st.sampled_from(ids[: i + 1] + ids[-1:])),
-                draw(st.sampled_from(["llm_request", "chat", "POST", "other"])),
-                i,
-                draw(st.sampled_from([i + 10, 20])),  # some end together
-                parent_span_id=draw(st.none() | st.sampled_from(ids)),
-                kind=draw(st.sampled_from([SpanKind.SERVER, SpanKind.CLIENT])),
-                attributes=attributes,
-                events=events,
-            )
-        )
-    return spans
+    keys = sorted(CALL_ATTRIBUTES)
+    return [
+        call_span(draw, i, draw(st.sampled_from(ids[: i + 1] + ids[-1:])), ids, keys)
+        for i in range(count)
+    ]
 
 
 # What tells whether the calls streamed: a trace without any is read by the judge itself.
@@ -387,26 +390,10 @@ def quiet_call_traces(draw: st.DrawFn) -> list[Span]:
     count = draw(st.integers(1, 9))
     ids = draw(st.permutations([f"{i + 1:016x}" for i in range(count + 1)]))  # any order
     quiet = sorted(key for key in CALL_ATTRIBUTES if key not in TELLING)
-    spans = []
-    for i in range(count):
-        keys = draw(st.lists(st.sampled_from(quiet), unique=True, max_size=6))
-        attributes = {key: draw(st.sampled_from(CALL_ATTRIBUTES[key])) for key in keys}
-        events = draw(st.sampled_from([(), (SpanEvent(CHUNK, 5),), (SpanEvent("other", 5),)]))
-        others = [span_id for n, span_id in enumerate(ids) if n != i]
-        spans.append(
-            Span(
-                "1" * 32,
-                ids[i],
-                draw(st.sampled_from(["llm_request", "chat", "POST", "other"])),
-                i,
-                draw(st.sampled_from([i + 10, 20])),  # some end together
-                parent_span_id=draw(st.none() | st.sampled_from(others)),
-                kind=draw(st.sampled_from([SpanKind.SERVER, SpanKind.CLIENT])),
-                attributes=attributes,
-                events=events,
-            )
-        )
-    return spans
+    return [
+        call_span(draw, i, ids[i], [other for n, other in enumerate(ids) if n != i], quiet)
+        for i in range(count)
+    ]
 
 
 @pytest.mark.skipif(not COMPILED, reason="the compiled path is not built")
