@@ -974,17 +974,7 @@ cdef class _Trace:
             for pos in range(n):  # `scan`'s first pass: which spans are calls
                 span = spans[pos]
                 attributes = _field(span, _ATTRIBUTES_AT, "attributes")
-                called = _is_llm_call(span, attributes)
-                if not called and judge.mark_keys:
-                    for key in judge.mark_keys:
-                        if _has(attributes, key):
-                            called = True
-                            break
-                if not called and judge.mark_events:
-                    for event in _field(span, _EVENTS_AT, "events"):
-                        if event.name in judge.mark_events:
-                            called = True
-                            break
+                called = _is_call(span, attributes, judge.mark_keys, judge.mark_events)
                 calls[pos] = called
                 count += called
                 if not sends:
@@ -994,14 +984,8 @@ cdef class _Trace:
             if sends:
                 return None
             for pos in range(n):
-                if calls[pos]:
-                    attributes = _field(spans[pos], _ATTRIBUTES_AT, "attributes")
-                    if (
-                        _has(attributes, STREAM_FLAGS[0])
-                        or _has(attributes, STREAM_FLAGS[1])
-                        or _has(attributes, INVOCATION_PARAMETERS)
-                    ) and streamed(spans[pos]) is not None:
-                        return None
+                if calls[pos] and _tells(spans[pos]):
+                    return None
             # Nothing tells. The outermost calls (none above them; all of them, where every
             # call has one above), and of those the last to end, as `max` picks it.
             for outer in (True, False):
@@ -1461,12 +1445,39 @@ cdef inline object _field(object span, Py_ssize_t at, str name):
     return getattr(span, name)
 
 
+cdef bint _is_call(object span, object attributes, frozenset keys, frozenset events) except -1:
+    """`scan`'s test of a span: an LLM call, or a carrier of one of the budget's marks
+    (`keys`, `events`: `llm_calls.marked_by`)."""
+    if _is_llm_call(span, attributes):
+        return True
+    if keys:
+        for key in keys:
+            if _has(attributes, key):
+                return True
+    if events:
+        for event in _field(span, _EVENTS_AT, "events"):
+            if event.name in events:
+                return True
+    return False
+
+
+cdef bint _tells(object call) except -1:
+    """Whether an LLM call says if it streamed (`llm_calls.streamed` is not None), read
+    only where one of the attributes it reads is there."""
+    attributes = _field(call, _ATTRIBUTES_AT, "attributes")
+    return (
+        _has(attributes, STREAM_FLAGS[0])
+        or _has(attributes, STREAM_FLAGS[1])
+        or _has(attributes, INVOCATION_PARAMETERS)
+    ) and streamed(call) is not None
+
+
 def scan(spans, frozenset keys, frozenset events):
     """`llm_calls.scan`, compiled: the first pass of reading a trace's LLM calls."""
     cdef dict by_id = {}
     cdef dict children = {}
     cdef list calls = []
-    cdef bint sends = False, called
+    cdef bint sends = False
     cdef Py_ssize_t orphans = 0
     cdef PyObject* kids
     for span in spans:
@@ -1480,18 +1491,7 @@ def scan(spans, frozenset keys, frozenset events):
             else:
                 (<list>kids).append(span)
         attributes = _field(span, _ATTRIBUTES_AT, "attributes")
-        called = _is_llm_call(span, attributes)
-        if not called and keys:
-            for key in keys:
-                if _has(attributes, key):
-                    called = True
-                    break
-        if not called and events:
-            for event in _field(span, _EVENTS_AT, "events"):
-                if event.name in events:
-                    called = True
-                    break
-        if called:
+        if _is_call(span, attributes, keys, events):
             calls.append(span)
         if not sends:
             sends = _has(attributes, ASGI_EVENT)
@@ -1505,12 +1505,7 @@ def scan(spans, frozenset keys, frozenset events):
     cdef bint told = sends
     if not told:
         for call in calls:
-            attributes = call.attributes
-            if (
-                _has(attributes, STREAM_FLAGS[0])
-                or _has(attributes, STREAM_FLAGS[1])
-                or _has(attributes, INVOCATION_PARAMETERS)
-            ) and streamed(call) is not None:  # it says nothing without any of them
+            if _tells(call):
                 told = True
                 break
     for span in spans:

@@ -171,11 +171,13 @@ class Evaluator:
             if judged is None:
                 return None
         fast = self._compiled
-        if request is None and fast is not None:
-            request = fast.read(spans, judged.first_token_span)
-        elif request is None:
-            request = read_request(
-                spans, judged.first_token_span, self.budget.first_token, walks=self._walks
+        if request is None:
+            request = (
+                fast.read(spans, judged.first_token_span)
+                if fast is not None
+                else read_request(
+                    spans, judged.first_token_span, self.budget.first_token, walks=self._walks
+                )
             )
         if (
             request.streamed is False
